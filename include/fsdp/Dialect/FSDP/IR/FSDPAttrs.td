@@ -1,0 +1,39 @@
+//===- FSDPAttrs.td - fsdp dialect attributes --------------*- tablegen -*-===//
+#ifndef FSDP_DIALECT_FSDP_IR_FSDPATTRS_TD
+#define FSDP_DIALECT_FSDP_IR_FSDPATTRS_TD
+
+include "fsdp/Dialect/FSDP/IR/FSDPBase.td"
+
+class FSDP_Attr<string name, string attrMnemonic, list<Trait> traits = []>
+    : AttrDef<FSDP_Dialect, name, traits> {
+  let mnemonic = attrMnemonic;
+}
+
+def FSDP_FullyShardAttr : FSDP_Attr<"FullyShard", "fully_shard"> {
+  let summary = "a fully_shard unit: placements per mesh axis and mixed precision";
+  let description = [{
+    Marks a module as a `fully_shard` unit. `placements` has one entry per
+    mesh axis; the `shard` axes form a suffix (`[shard]` is FSDP,
+    `[replicate, shard]` HSDP, `[shard, shard]` HFSDP). These are the
+    main-weight and optimizer-state placements, which is what a checkpoint
+    sees. `main_params` is the dtype of the main (optimizer) weights;
+    `main_grads`, when present, the dtype of the main gradients (otherwise
+    each parameter's own dtype).
+
+    ```mlir
+    #fsdp.fully_shard<[replicate, shard], main_params = f32, main_grads = bf16>
+    ```
+  }];
+  let parameters = (ins
+    ArrayRefParameter<"::fsdp::Placement", "one placement per mesh axis">:$placements,
+    "::mlir::Type":$mainParams,
+    OptionalParameter<"::mlir::Type">:$mainGrads);
+  let hasCustomAssemblyFormat = 1;
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    /// Number of mesh axes this unit shards over.
+    unsigned getNumShardAxes() const;
+  }];
+}
+
+#endif // FSDP_DIALECT_FSDP_IR_FSDPATTRS_TD

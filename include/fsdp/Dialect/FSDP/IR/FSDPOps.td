@@ -1,0 +1,160 @@
+//===- FSDPOps.td - fsdp dialect operations ----------------*- tablegen -*-===//
+#ifndef FSDP_DIALECT_FSDP_IR_FSDPOPS_TD
+#define FSDP_DIALECT_FSDP_IR_FSDPOPS_TD
+
+include "fsdp/Dialect/FSDP/IR/FSDPBase.td"
+include "fsdp/Dialect/FSDP/IR/FSDPAttrs.td"
+include "mlir/IR/SymbolInterfaces.td"
+include "mlir/IR/BuiltinAttributes.td"
+include "mlir/IR/CommonAttrConstraints.td"
+
+class FSDP_Op<string mnemonic, list<Trait> traits = []>
+    : Op<FSDP_Dialect, mnemonic, traits>;
+
+//===----------------------------------------------------------------------===//
+// Model description
+//===----------------------------------------------------------------------===//
+
+def FSDP_ModelOp : FSDP_Op<"model", [
+    Symbol, SymbolTable, IsolatedFromAbove, SingleBlock, NoTerminator]> {
+  let summary = "a model: its mesh, optimizer and module tree";
+  let description = [{
+    The root of a model description. Its body holds exactly one `fsdp.mesh`,
+    at most one `fsdp.optimizer` and exactly one root `fsdp.module` (named
+    `""`), plus, after lowering, the parameter groups.
+
+    The model verifier checks what needs the whole tree: sibling names are
+    unique, every `fully_shard` unit has one placement per mesh axis, ties
+    name an existing parameter of the same shape and element type, and every
+    trainable parameter is owned by a `fully_shard` unit.
+
+    ```mlir
+    fsdp.model @model {
+      fsdp.mesh @mesh ["dp" = 4]
+      fsdp.optimizer adamw lr = 1.0e-03, betas = [0.9, 0.999], eps = 1.0e-08,
+                     weight_decay = 1.0e-02, state = f32
+      fsdp.module "" fully_shard <[shard], main_params = f32> {
+        fsdp.param "weight" : tensor<5x3xbf16>
+      }
+    }
+    ```
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = "$sym_name attr-dict-with-keyword $body";
+  let hasRegionVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The model's mesh, or null when the body has none.
+    MeshOp getMesh();
+    /// The optimizer, or null when the model has none.
+    OptimizerOp getOptimizer();
+    /// The root module, or null when the body has none.
+    NNModuleOp getRootModule();
+  }];
+}
+
+def FSDP_MeshOp : FSDP_Op<"mesh", [Symbol, HasParent<"ModelOp">]> {
+  let summary = "a device mesh: named axes with sizes";
+  let description = [{
+    The data-parallel device mesh. Flat rank = row-major index over the
+    mesh coordinates (axis 0 slowest), as in `torch.distributed.DeviceMesh`.
+
+    ```mlir
+    fsdp.mesh @mesh ["dp_outer" = 2, "dp_shard" = 4]
+    ```
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name, StrArrayAttr:$axis_names,
+                       DenseI64ArrayAttr:$shape);
+  let assemblyFormat = "$sym_name custom<MeshAxes>($axis_names, $shape) attr-dict";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// Number of ranks: the product of the axis sizes.
+    int64_t getNumRanks();
+  }];
+}
+
+def FSDP_OptimizerOp : FSDP_Op<"optimizer", [HasParent<"ModelOp">]> {
+  let summary = "the optimizer: kind, hyper-parameters and state dtype";
+  let description = [{
+    An Adam or AdamW optimizer. Every trainable parameter carries the state
+    tensors `exp_avg` and `exp_avg_sq` (of `state` dtype, sharded like the
+    main weights) and a scalar `step`. The hyper-parameters are those of
+    PyTorch's optimizer state dict and are saved with the checkpoint.
+  }];
+  let arguments = (ins FSDP_OptimizerKindAttr:$kind, F64Attr:$lr,
+                       DenseF64ArrayAttr:$betas, F64Attr:$eps,
+                       F64Attr:$weight_decay, TypeAttr:$state);
+  let assemblyFormat = [{
+    $kind `lr` `=` $lr `,` `betas` `=` $betas `,` `eps` `=` $eps `,`
+    `weight_decay` `=` $weight_decay `,` `state` `=` $state attr-dict
+  }];
+  let hasVerifier = 1;
+}
+
+def FSDP_NNModuleOp : FSDP_Op<"module", [
+    ParentOneOf<["ModelOp", "NNModuleOp"]>, SingleBlock, NoTerminator]> {
+  let summary = "a module of the model tree, optionally a fully_shard unit";
+  let description = [{
+    A node of the module tree (`torch.nn.Module`). FQNs join the module
+    names and the parameter name with `.`; the root module's name is `""`.
+    A module with a `fully_shard` attribute is a unit: it owns every
+    parameter below it that no nested unit owns.
+
+    ```mlir
+    fsdp.module "layers" {
+      fsdp.module "0" fully_shard <[shard], main_params = f32> {
+        fsdp.param "bias" : tensor<7xbf16>
+      }
+    }
+    ```
+  }];
+  let arguments = (ins StrAttr:$name, OptionalAttr<FSDP_FullyShardAttr>:$fully_shard);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = [{
+    $name (`fully_shard` $fully_shard^)? attr-dict-with-keyword $body
+  }];
+  let hasVerifier = 1;
+  let skipDefaultBuilders = 1;
+  let builders = [
+    OpBuilder<(ins "::llvm::StringRef":$name, "FullyShardAttr":$fullyShard)>
+  ];
+  let extraClassDeclaration = [{
+    /// Dot-joined path from the root module ("" for the root itself).
+    std::string getFQN();
+    /// The closest enclosing-or-self fully_shard unit, or null.
+    NNModuleOp getOwningUnit();
+  }];
+}
+
+def FSDP_ParamOp : FSDP_Op<"param", [HasParent<"NNModuleOp">]> {
+  let summary = "a parameter: name, shape, element type, trainability, tie";
+  let description = [{
+    A parameter of its enclosing module. `frozen` marks a parameter that does
+    not require gradients. `tied_to` names (by FQN) the parameter whose
+    storage this one shares, which must have the same shape and element type.
+
+    Supported element types: `f64 f32 bf16 f16 i64 i32 i16 i8 ui8 i1`.
+
+    ```mlir
+    fsdp.param "weight" : tensor<128256x4096xbf16>
+    fsdp.param "lm_head" : tensor<128256x4096xbf16> tied_to "embed.weight"
+    fsdp.param "mask" : tensor<16xi1> frozen
+    ```
+  }];
+  let arguments = (ins StrAttr:$name, TypeAttrOf<AnyRankedTensor>:$type,
+                       UnitAttr:$frozen, OptionalAttr<StrAttr>:$tied_to);
+  let assemblyFormat = [{
+    $name `:` $type (`frozen` $frozen^)? (`tied_to` $tied_to^)? attr-dict
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    ::mlir::RankedTensorType getTensorType() {
+      return ::llvm::cast<::mlir::RankedTensorType>(getType());
+    }
+    bool getRequiresGrad() { return !getFrozen(); }
+    /// Dot-joined module path and parameter name.
+    std::string getFQN();
+  }];
+}
+
+#endif // FSDP_DIALECT_FSDP_IR_FSDPOPS_TD

@@ -1,0 +1,20 @@
+//===- Registration.cpp - What fsdp-opt and fsdp-translate register -------===//
+#include "fsdp/Tools/Registration.h"
+#include "fsdp/Dialect/FSDP/IR/FSDPDialect.h"
+#include "fsdp/Import/ModelJSON.h"
+
+#include "mlir/IR/DialectRegistry.h"
+#include "mlir/Transforms/Passes.h"
+
+void fsdp::registerFSDPToolDialects(mlir::DialectRegistry &registry) {
+  registry.insert<fsdp::FSDPDialect>();
+}
+
+void fsdp::registerFSDPToolPasses() {
+  mlir::registerCanonicalizerPass();
+  mlir::registerCSEPass();
+}
+
+void fsdp::registerFSDPToolTranslations() {
+  registerImportModelJSONTranslation();
+}
