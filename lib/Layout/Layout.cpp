@@ -150,11 +150,13 @@ Result<PackedLayout> packGroup(const std::vector<Shape> &shapes, int64_t dpSize)
       continue;
     }
 
-    int64_t holeBegin = next + tensor.numel;
-    int64_t paddedNumel;
+    // The hole [holeBegin, holeEnd) pads the tensor to a chunk boundary.
+    int64_t paddedNumel, paddedEnd;
     if (!checkedRoundUp(tensor.numel, chunk, paddedNumel) ||
-        !checkedAdd(next, paddedNumel, next))
+        !checkedAdd(next, paddedNumel, paddedEnd))
       return overflowError("buffer size");
+    int64_t holeBegin = next + tensor.numel;
+    next = paddedEnd;
     int64_t holeEnd = next;
 
     // The first later regular tensor whose remainder fits in this chunk's hole
@@ -328,16 +330,26 @@ int64_t shardIndex(int64_t flatRank, const std::vector<int64_t> &meshSizes,
   return index;
 }
 
-std::vector<int64_t> shardCoords(int64_t shardIndex,
-                                 const std::vector<int64_t> &meshSizes,
-                                 const std::vector<Placement> &placements) {
-  std::vector<int64_t> coords(meshSizes.size(), 0);
+namespace {
+/// shardCoords into a caller-owned vector (loops over shards reuse it).
+void decodeShardIndex(int64_t shardIndex, const std::vector<int64_t> &meshSizes,
+                      const std::vector<Placement> &placements,
+                      std::vector<int64_t> &coords) {
+  coords.assign(meshSizes.size(), 0);
   for (size_t axis = 0; axis < meshSizes.size() && axis < placements.size(); ++axis) {
     if (placements[axis] != Placement::Shard)
       continue;
     coords[axis] = shardIndex % meshSizes[axis];
     shardIndex /= meshSizes[axis];
   }
+}
+} // namespace
+
+std::vector<int64_t> shardCoords(int64_t shardIndex,
+                                 const std::vector<int64_t> &meshSizes,
+                                 const std::vector<Placement> &placements) {
+  std::vector<int64_t> coords;
+  decodeShardIndex(shardIndex, meshSizes, placements, coords);
   return coords;
 }
 
@@ -443,9 +455,10 @@ Status verifyLayout(const std::vector<Shape> &shapes, const PackedLayout &layout
   std::vector<Range> shardRanges;
   shardRanges.reserve(static_cast<size_t>(shards));
   int64_t expectedBegin = 0;
+  std::vector<int64_t> coords;
   for (int64_t s = 0; s < shards; ++s) {
-    const Range range = localRange(layout.size, meshSizes,
-                                   shardCoords(s, meshSizes, placements), placements);
+    decodeShardIndex(s, meshSizes, placements, coords);
+    const Range range = localRange(layout.size, meshSizes, coords, placements);
     if (range.begin != expectedBegin || range.size() != layout.size / shards)
       return makeError("shard " + std::to_string(s) + " owns " + rangeString(range) +
                        " but the shards must tile [0, " +
@@ -535,8 +548,9 @@ bool differsFromCanonical(int64_t tensorOffset, const Shape &shape,
     return false;
   // Replicate axes hold copies, so visiting one rank per shard covers all.
   const int64_t shards = numShards(meshSizes, placements);
+  std::vector<int64_t> coords;
   for (int64_t s = 0; s < shards; ++s) {
-    const std::vector<int64_t> coords = shardCoords(s, meshSizes, placements);
+    decodeShardIndex(s, meshSizes, placements, coords);
     const Piece real =
         pieceOf(tensorOffset, shape,
                 localRange(bufferSize, meshSizes, coords, placements));

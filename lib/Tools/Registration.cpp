@@ -1,6 +1,7 @@
 //===- Registration.cpp - What fsdp-opt and fsdp-translate register -------===//
 #include "fsdp/Tools/Registration.h"
 #include "fsdp/Dialect/FSDP/IR/FSDPDialect.h"
+#include "fsdp/Dialect/FSDP/Transforms/Passes.h"
 #include "fsdp/Import/ModelJSON.h"
 
 #include "mlir/IR/DialectRegistry.h"
@@ -11,6 +12,7 @@ void fsdp::registerFSDPToolDialects(mlir::DialectRegistry &registry) {
 }
 
 void fsdp::registerFSDPToolPasses() {
+  registerFSDPPassesAndPipelines();
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();
 }

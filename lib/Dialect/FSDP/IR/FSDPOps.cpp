@@ -6,6 +6,7 @@
 #include "mlir/IR/OpImplementation.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSet.h"
 
 using namespace mlir;
@@ -47,6 +48,41 @@ static void printMeshAxes(OpAsmPrinter &printer, Operation *, ArrayAttr axisName
     printer << " = ";
     if (index < static_cast<size_t>(shape.size()))
       printer << shape[index];
+  }
+  printer << "]";
+}
+
+/// [0: [0, 4) at 0, 1: [4, 5) at 0] -- shard: [row begin, row end) at local
+/// offset, stored flat as four numbers per piece.
+static ParseResult parsePieces(OpAsmParser &parser, DenseI64ArrayAttr &pieces) {
+  SmallVector<int64_t> values;
+  auto parsePiece = [&]() -> ParseResult {
+    int64_t shard = 0, rowBegin = 0, rowEnd = 0, localOffset = 0;
+    if (parser.parseInteger(shard) || parser.parseColon() ||
+        parser.parseLSquare() || parser.parseInteger(rowBegin) ||
+        parser.parseComma() || parser.parseInteger(rowEnd) ||
+        parser.parseRParen() || parser.parseKeyword("at") ||
+        parser.parseInteger(localOffset))
+      return failure();
+    values.append({shard, rowBegin, rowEnd, localOffset});
+    return success();
+  };
+  if (parser.parseCommaSeparatedList(OpAsmParser::Delimiter::Square,
+                                     parsePiece))
+    return failure();
+  pieces = parser.getBuilder().getDenseI64ArrayAttr(values);
+  return success();
+}
+
+static void printPieces(OpAsmPrinter &printer, Operation *,
+                        DenseI64ArrayAttr pieces) {
+  ArrayRef<int64_t> values = pieces.asArrayRef();
+  printer << "[";
+  for (size_t i = 0; i + 3 < values.size(); i += 4) {
+    if (i)
+      printer << ", ";
+    printer << values[i] << ": [" << values[i + 1] << ", " << values[i + 2]
+            << ") at " << values[i + 3];
   }
   printer << "]";
 }
@@ -253,6 +289,64 @@ static LogicalResult verifyUniqueChildNames(NNModuleOp module) {
   return success();
 }
 
+/// Parameter groups name real units and parameters, and once lowered, every
+/// parameter a unit owns is in exactly one member of one of its groups.
+static LogicalResult verifyParamGroups(ModelOp model,
+                                       const llvm::StringMap<ParamOp> &params,
+                                       ArrayRef<ParamOp> paramsInOrder) {
+  auto groups = model.getBody().getOps<ParamGroupOp>();
+  if (groups.empty())
+    return success();
+  llvm::StringMap<NNModuleOp> unitsByFQN;
+  model.getRootModule().walk([&](NNModuleOp module) {
+    if (module.getFullyShard())
+      unitsByFQN[module.getFQN()] = module;
+  });
+  llvm::StringMap<MemberOp> memberOfFQN;
+  for (ParamGroupOp group : groups) {
+    NNModuleOp unit = unitsByFQN.lookup(group.getUnit());
+    if (!unit)
+      return group.emitOpError() << "names unit \"" << group.getUnit()
+                                 << "\", which is not a fully_shard module";
+    if (unit.getFullyShardAttr() != group.getPolicy())
+      return group.emitOpError()
+             << "policy " << group.getPolicy() << " differs from unit \""
+             << group.getUnit() << "\"'s " << unit.getFullyShardAttr();
+    for (MemberOp member : group.getBody().getOps<MemberOp>()) {
+      for (Attribute attr : member.getFqns()) {
+        StringRef fqn = cast<StringAttr>(attr).getValue();
+        ParamOp param = params.lookup(fqn);
+        if (!param)
+          return member.emitOpError()
+                 << "names unknown parameter '" << fqn << "'";
+        if (param.getTensorType() != member.getTensorType())
+          return member.emitOpError()
+                 << "has type " << member.getTensorType() << " but '" << fqn
+                 << "' has type " << param.getTensorType();
+        if (param.getRequiresGrad() != group.getRequiresGrad())
+          return member.emitOpError()
+                 << "'" << fqn << "' differs from its group in requires_grad";
+        if (cast<NNModuleOp>(param->getParentOp()).getOwningUnit() != unit)
+          return member.emitOpError()
+                 << "'" << fqn << "' is not owned by unit \""
+                 << group.getUnit() << "\"";
+        auto [it, inserted] = memberOfFQN.try_emplace(fqn, member);
+        if (!inserted)
+          return member.emitOpError()
+                     .append("'", fqn, "' is already a member")
+                     .attachNote(it->second.getLoc())
+                 << "first listed here";
+      }
+    }
+  }
+  for (ParamOp param : paramsInOrder)
+    if (cast<NNModuleOp>(param->getParentOp()).getOwningUnit() &&
+        !memberOfFQN.count(param.getFQN()))
+      return param.emitOpError() << "'" << param.getFQN()
+                                 << "' is in no parameter group of its unit";
+  return success();
+}
+
 LogicalResult ModelOp::verifyRegions() {
   Block &body = getBody().front();
   auto meshes = llvm::to_vector(body.getOps<MeshOp>());
@@ -329,6 +423,277 @@ LogicalResult ModelOp::verifyRegions() {
       return param.emitOpError()
              << "'" << param.getFQN()
              << "' is trainable but no enclosing module is a fully_shard unit";
+  }
+  return verifyParamGroups(*this, paramsByFQN, params);
+}
+
+//===----------------------------------------------------------------------===//
+// Layout library bridge
+//===----------------------------------------------------------------------===//
+
+std::vector<int64_t> fsdp::getLayoutMeshSizes(MeshOp mesh) {
+  return std::vector<int64_t>(mesh.getShape().begin(), mesh.getShape().end());
+}
+
+std::vector<layout::Placement> fsdp::getLayoutPlacements(FullyShardAttr policy) {
+  std::vector<layout::Placement> placements;
+  for (Placement placement : policy.getPlacements())
+    placements.push_back(placement == Placement::Shard
+                             ? layout::Placement::Shard
+                             : layout::Placement::Replicate);
+  return placements;
+}
+
+std::vector<layout::Shape> fsdp::getMemberShapes(ParamGroupOp group) {
+  std::vector<layout::Shape> shapes;
+  for (MemberOp member : group.getBody().getOps<MemberOp>()) {
+    ArrayRef<int64_t> shape = member.getTensorType().getShape();
+    shapes.emplace_back(shape.begin(), shape.end());
+  }
+  return shapes;
+}
+
+//===----------------------------------------------------------------------===//
+// MemberOp
+//===----------------------------------------------------------------------===//
+
+SmallVector<MemberOp::Piece> MemberOp::getPieceList() {
+  SmallVector<Piece> pieces;
+  if (std::optional<ArrayRef<int64_t>> values = getPieces())
+    for (size_t i = 0; i + 3 < values->size(); i += 4)
+      pieces.push_back({(*values)[i], (*values)[i + 1], (*values)[i + 2],
+                        (*values)[i + 3]});
+  return pieces;
+}
+
+LogicalResult MemberOp::verify() {
+  if (getFqns().empty())
+    return emitOpError() << "needs at least one FQN";
+  llvm::StringSet<> seen;
+  for (Attribute fqn : getFqns())
+    if (!seen.insert(cast<StringAttr>(fqn).getValue()).second)
+      return emitOpError() << "lists FQN '" << cast<StringAttr>(fqn).getValue()
+                           << "' twice";
+  RankedTensorType type = getTensorType();
+  if (type.getRank() == 0 || !type.hasStaticShape() ||
+      llvm::any_of(type.getShape(), [](int64_t size) { return size <= 0; }))
+    return emitOpError() << "member '" << getFQN()
+                         << "' needs a static shape of positive dimensions, got "
+                         << type;
+  if (std::optional<int64_t> offset = getOffset(); offset && *offset < 0)
+    return emitOpError() << "member '" << getFQN()
+                         << "' has negative offset " << *offset;
+  if (std::optional<ArrayRef<int64_t>> values = getPieces();
+      values && values->size() % 4 != 0)
+    return emitOpError() << "pieces must hold four numbers each (shard, row "
+                            "begin, row end, local offset)";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// ParamGroupOp
+//===----------------------------------------------------------------------===//
+
+BufferAttr ParamGroupOp::getBuffer(BufferRole role) {
+  if (std::optional<ArrayAttr> buffers = getBuffers())
+    for (Attribute attr : *buffers)
+      if (auto buffer = cast<BufferAttr>(attr); buffer.getRole() == role)
+        return buffer;
+  return {};
+}
+
+/// Rewrites the layout library's "tensor N" into the member's FQN.
+static std::string nameTensors(std::string message,
+                               MutableArrayRef<MemberOp> members) {
+  std::string out;
+  size_t pos = 0;
+  static constexpr StringLiteral kTensor = "tensor ";
+  while (true) {
+    size_t found = message.find(kTensor, pos);
+    if (found == std::string::npos)
+      break;
+    size_t digits = found + kTensor.size();
+    size_t end = digits;
+    while (end < message.size() && llvm::isDigit(message[end]))
+      ++end;
+    out += message.substr(pos, found - pos);
+    unsigned index;
+    if (end > digits &&
+        !StringRef(message).slice(digits, end).getAsInteger(10, index) &&
+        index < members.size())
+      out += ("member '" + members[index].getFQN() + "'").str();
+    else
+      out += message.substr(found, end - found);
+    pos = end;
+  }
+  return out + message.substr(pos);
+}
+
+LogicalResult ParamGroupOp::verifyRegions() {
+  auto model = (*this)->getParentOfType<ModelOp>();
+  MeshOp mesh = model ? model.getMesh() : MeshOp();
+  if (!mesh)
+    return success(); // The model verifier reports the missing mesh.
+  std::vector<int64_t> meshSizes = getLayoutMeshSizes(mesh);
+  std::vector<layout::Placement> placements = getLayoutPlacements(getPolicy());
+  if (Status status = layout::checkPlacements(meshSizes, placements); !status)
+    return emitOpError() << "policy does not fit mesh @" << mesh.getSymName()
+                         << ": " << status.error();
+
+  SmallVector<MemberOp> members = llvm::to_vector(getBody().getOps<MemberOp>());
+  for (MemberOp member : members)
+    if (member.getTensorType().getElementType() != getDtype())
+      return member.emitOpError()
+             << "member '" << member.getFQN() << "' has element type "
+             << member.getTensorType().getElementType() << " but group @"
+             << getSymName() << " holds " << getDtype();
+
+  // Packing: chunk, size and every member's offset come together.
+  bool packed = getChunk() && getSize();
+  if (getChunk().has_value() != getSize().has_value())
+    return emitOpError() << "chunk and size must be given together";
+  for (MemberOp member : members)
+    if (member.getOffset().has_value() != packed)
+      return member.emitOpError()
+             << "member '" << member.getFQN() << "' "
+             << (packed ? "has no offset in a packed group"
+                        : "has an offset but its group is not packed");
+  bool assigned = getShardSize() || getRanks();
+  if (assigned && !packed)
+    return emitOpError() << "rank ranges need a packed group (chunk, size)";
+  if (!packed)
+    return success();
+
+  std::vector<layout::Shape> shapes = getMemberShapes(*this);
+  layout::PackedLayout layout;
+  layout.chunk = *getChunk();
+  layout.size = *getSize();
+  for (MemberOp member : members)
+    layout.offsets.push_back(*member.getOffset());
+  if (Status status =
+          layout::verifyLayout(shapes, layout, meshSizes, placements);
+      !status)
+    return emitOpError() << "invalid packed layout: "
+                         << nameTensors(status.error(), members);
+
+  // The layout must be Megatron-FSDP's: the same bytes where it puts them.
+  Result<layout::PackedLayout> expected =
+      layout::packGroup(shapes, layout::meshSize(meshSizes));
+  if (!expected)
+    return emitOpError() << expected.error();
+  if (expected->chunk != layout.chunk || expected->size != layout.size)
+    return emitOpError() << "layout differs from Megatron-FSDP's packing: "
+                         << "chunk " << layout.chunk << " size " << layout.size
+                         << ", expected chunk " << expected->chunk << " size "
+                         << expected->size;
+  for (auto [index, member] : llvm::enumerate(members))
+    if (expected->offsets[index] != layout.offsets[index])
+      return member.emitOpError()
+             << "member '" << member.getFQN() << "' at offset "
+             << layout.offsets[index]
+             << " differs from Megatron-FSDP's packing, which puts it at "
+             << expected->offsets[index];
+
+  if (!assigned)
+    return success();
+  if (!getShardSize() || !getRanks())
+    return emitOpError() << "shard_size and ranks must be given together";
+  int64_t numShards = layout::numShards(meshSizes, placements);
+  int64_t shardSize = layout.size / numShards;
+  if (*getShardSize() != shardSize)
+    return emitOpError() << "shard_size " << *getShardSize()
+                         << " does not split size " << layout.size << " into "
+                         << numShards << " shards (expected " << shardSize
+                         << ")";
+  ArrayRef<int64_t> ranks = *getRanks();
+  int64_t numRanks = layout::meshSize(meshSizes);
+  if (static_cast<int64_t>(ranks.size()) != numRanks)
+    return emitOpError() << "ranks lists " << ranks.size()
+                         << " ranges but mesh @" << mesh.getSymName()
+                         << " has " << numRanks << " ranks";
+  for (int64_t rank = 0; rank < numRanks; ++rank) {
+    int64_t expectedBegin =
+        layout::shardIndex(rank, meshSizes, placements) * shardSize;
+    if (ranks[rank] != expectedBegin)
+      return emitOpError() << "rank " << rank << " range begins at "
+                           << ranks[rank] << ", but the mesh and placements "
+                           << "put it at " << expectedBegin;
+  }
+
+  // Pieces: each member's rows tiled exactly, in shard order, whole rows,
+  // each piece inside its shard and where the member's offset puts it.
+  for (MemberOp member : members) {
+    if (!member.getPieces())
+      return member.emitOpError() << "member '" << member.getFQN()
+                                  << "' has no pieces in an assigned group";
+    ArrayRef<int64_t> shape = member.getTensorType().getShape();
+    int64_t rowSize = layout::rowSize(layout::Shape(shape.begin(), shape.end()));
+    int64_t offset = *member.getOffset();
+    int64_t nextRow = 0, lastShard = -1;
+    for (MemberOp::Piece piece : member.getPieceList()) {
+      auto fail = [&]() {
+        return member.emitOpError()
+               << "member '" << member.getFQN() << "' piece " << piece.shard
+               << ": [" << piece.rowBegin << ", " << piece.rowEnd << ") at "
+               << piece.localOffset << " ";
+      };
+      if (piece.shard <= lastShard || piece.shard >= numShards)
+        return fail() << "names shard " << piece.shard
+                      << ", expected shards in increasing order below "
+                      << numShards;
+      if (piece.rowBegin != nextRow)
+        return fail() << (piece.rowBegin > nextRow ? "leaves rows [" : "overlaps rows [")
+                      << std::min(nextRow, piece.rowBegin) << ", "
+                      << std::max(nextRow, piece.rowBegin)
+                      << ") " << (piece.rowBegin > nextRow ? "uncovered" : "twice");
+      if (piece.rowEnd <= piece.rowBegin || piece.rowEnd > shape[0])
+        return fail() << "is not a non-empty row range inside [0, "
+                      << shape[0] << ")";
+      int64_t shardBegin = piece.shard * shardSize;
+      int64_t bufferBegin = offset + piece.rowBegin * rowSize;
+      int64_t bufferEnd = offset + piece.rowEnd * rowSize;
+      if (bufferBegin < shardBegin || bufferEnd > shardBegin + shardSize)
+        return fail() << "lies outside its shard's range [" << shardBegin
+                      << ", " << shardBegin + shardSize << ")";
+      if (piece.localOffset != bufferBegin - shardBegin)
+        return fail() << "has local offset " << piece.localOffset
+                      << " but the member's offset puts it at "
+                      << bufferBegin - shardBegin;
+      nextRow = piece.rowEnd;
+      lastShard = piece.shard;
+    }
+    if (nextRow != shape[0])
+      return member.emitOpError()
+             << "member '" << member.getFQN() << "' pieces leave rows ["
+             << nextRow << ", " << shape[0] << ") uncovered";
+  }
+
+  // Buffers: each role once; main_weight always; model_weight in the
+  // group's dtype.
+  if (std::optional<ArrayAttr> buffers = getBuffers()) {
+    llvm::SmallDenseSet<unsigned> roles;
+    for (Attribute attr : *buffers) {
+      auto buffer = cast<BufferAttr>(attr);
+      if (!roles.insert(static_cast<unsigned>(buffer.getRole())).second)
+        return emitOpError() << "lists buffer "
+                             << stringifyBufferRole(buffer.getRole())
+                             << " twice";
+      if (!isSupportedElementType(buffer.getDtype()))
+        return emitOpError() << "buffer " << stringifyBufferRole(buffer.getRole())
+                             << " has unsupported dtype " << buffer.getDtype();
+    }
+    if (!getBuffer(BufferRole::MainWeight))
+      return emitOpError() << "has no main_weight buffer";
+    if (BufferAttr model = getBuffer(BufferRole::ModelWeight)) {
+      if (model.getDtype() != getDtype())
+        return emitOpError() << "model_weight buffer has dtype "
+                             << model.getDtype() << " but the group holds "
+                             << getDtype();
+      if (model.getAliasesMainWeight() !=
+          (getBuffer(BufferRole::MainWeight).getDtype() == getDtype()))
+        return emitOpError() << "model_weight aliases main_weight exactly "
+                                "when their dtypes match";
+    }
   }
   return success();
 }

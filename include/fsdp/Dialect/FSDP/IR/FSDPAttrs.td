@@ -36,4 +36,23 @@ def FSDP_FullyShardAttr : FSDP_Attr<"FullyShard", "fully_shard"> {
   }];
 }
 
+def FSDP_BufferAttr : FSDP_Attr<"Buffer", "buffer"> {
+  let summary = "one packed buffer of a parameter group: its role and dtype";
+  let description = [{
+    All buffers of a group share the group's packed layout (the same element
+    offsets); only the element type differs. `model_weight` aliases
+    `main_weight` when their dtypes match.
+
+    ```mlir
+    #fsdp.buffer<main_weight : f32>
+    #fsdp.buffer<model_weight : f32, aliases main_weight>
+    ```
+  }];
+  let parameters = (ins "::fsdp::BufferRole":$role, "::mlir::Type":$dtype,
+                        DefaultValuedParameter<"bool", "false">:$aliasesMainWeight);
+  let assemblyFormat = [{
+    `<` $role `:` $dtype (`,` `aliases` `main_weight` $aliasesMainWeight^)? `>`
+  }];
+}
+
 #endif // FSDP_DIALECT_FSDP_IR_FSDPATTRS_TD

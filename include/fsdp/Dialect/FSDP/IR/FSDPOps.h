@@ -21,4 +21,15 @@ class NNModuleOp;
 #define GET_OP_CLASSES
 #include "fsdp/Dialect/FSDP/IR/FSDPOps.h.inc"
 
+#include "fsdp/Layout/Layout.h"
+
+namespace fsdp {
+/// The mesh and placements in the layout library's terms (the one source of
+/// truth for the layout math).
+std::vector<int64_t> getLayoutMeshSizes(MeshOp mesh);
+std::vector<layout::Placement> getLayoutPlacements(FullyShardAttr policy);
+/// Shapes of a group's members, in member order.
+std::vector<layout::Shape> getMemberShapes(ParamGroupOp group);
+} // namespace fsdp
+
 #endif // FSDP_DIALECT_FSDP_IR_FSDPOPS_H

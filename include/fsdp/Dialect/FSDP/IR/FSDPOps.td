@@ -157,4 +157,94 @@ def FSDP_ParamOp : FSDP_Op<"param", [HasParent<"NNModuleOp">]> {
   }];
 }
 
+//===----------------------------------------------------------------------===//
+// Lowered form: parameter groups and packed layouts
+//===----------------------------------------------------------------------===//
+
+def FSDP_ParamGroupOp : FSDP_Op<"param_group", [
+    Symbol, HasParent<"ModelOp">, SingleBlock, NoTerminator]> {
+  let summary = "a Megatron-FSDP parameter group: one packed flat buffer";
+  let description = [{
+    The parameters of one `fully_shard` unit (`unit`, an FQN) that share an
+    element type and trainability, in first-occurrence DFS order, packed into
+    one flat buffer. The lowering fills the layout in stages:
+
+    - `fsdp-group-params` creates the group and its `fsdp.member`s;
+    - `fsdp-pack-param-groups` sets `chunk` (LCM of the row sizes), `size`
+      (padded to `chunk` times the mesh size) and each member's `offset`;
+    - `fsdp-assign-rank-ranges` sets `shard_size`, `ranks` (the begin of each
+      flat rank's main-weight range `[begin, begin + shard_size)`), the
+      `buffers` and each member's `pieces`.
+
+    The metadata is O(members + ranks): pieces are listed only where they
+    are non-empty. The verifier checks every stage that is present: the
+    packing equals Megatron-FSDP v2's, every tensor is tiled exactly by its
+    pieces in whole rows inside its rank's range, and rank ranges follow the
+    mesh and placements.
+
+    ```mlir
+    fsdp.param_group @group0 unit "" : bf16 policy <[shard], main_params = f32>
+        chunk 12 size 48 shard_size 12 ranks [0, 12, 24, 36]
+        buffers [#fsdp.buffer<main_weight : f32>, #fsdp.buffer<model_weight : bf16>] {
+      fsdp.member ["p0"] : tensor<5x3xbf16> offset 0 pieces [0: [0, 4) at 0, 1: [4, 5) at 0]
+    }
+    ```
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name, StrAttr:$unit,
+                       TypeAttr:$dtype, UnitAttr:$frozen,
+                       FSDP_FullyShardAttr:$policy,
+                       OptionalAttr<I64Attr>:$chunk,
+                       OptionalAttr<I64Attr>:$size,
+                       OptionalAttr<I64Attr>:$shard_size,
+                       OptionalAttr<DenseI64ArrayAttr>:$ranks,
+                       OptionalAttr<TypedArrayAttrBase<FSDP_BufferAttr, "buffers">>:$buffers);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = [{
+    $sym_name `unit` $unit `:` $dtype (`frozen` $frozen^)? `policy` $policy
+    (`chunk` $chunk^)? (`size` $size^)? (`shard_size` $shard_size^)?
+    (`ranks` $ranks^)? (`buffers` $buffers^)? attr-dict-with-keyword $body
+  }];
+  let hasRegionVerifier = 1;
+  let extraClassDeclaration = [{
+    bool getRequiresGrad() { return !getFrozen(); }
+    /// The buffer of `role`, or null when the group has none.
+    BufferAttr getBuffer(BufferRole role);
+  }];
+}
+
+def FSDP_MemberOp : FSDP_Op<"member", [HasParent<"ParamGroupOp">]> {
+  let summary = "a tensor of a parameter group: FQNs, offset and pieces";
+  let description = [{
+    One physical tensor of a group. `fqns` lists every FQN that names it
+    (a tied parameter has several; the first in DFS order leads). `offset`
+    is its element offset in the group's flat buffer. `pieces` lists, for
+    each shard index (buffer order) that holds part of it, the rows
+    `[begin, end)` of the global tensor and the element offset of that part
+    inside the shard: `shard: [begin, end) at local_offset`.
+
+    ```mlir
+    fsdp.member ["p2"] : tensor<4x4xbf16> offset 20 pieces [1: [0, 1) at 8, 2: [1, 4) at 0]
+    ```
+  }];
+  let arguments = (ins StrArrayAttr:$fqns, TypeAttrOf<AnyRankedTensor>:$type,
+                       OptionalAttr<I64Attr>:$offset,
+                       OptionalAttr<DenseI64ArrayAttr>:$pieces);
+  let assemblyFormat = [{
+    $fqns `:` $type (`offset` $offset^)? (`pieces` custom<Pieces>($pieces)^)? attr-dict
+  }];
+  let extraClassDeclaration = [{
+    ::mlir::RankedTensorType getTensorType() {
+      return ::llvm::cast<::mlir::RankedTensorType>(getType());
+    }
+    /// The leading FQN.
+    ::llvm::StringRef getFQN() {
+      return ::llvm::cast<::mlir::StringAttr>(getFqns()[0]).getValue();
+    }
+    /// Pieces are stored flat, four numbers each.
+    struct Piece { int64_t shard, rowBegin, rowEnd, localOffset; };
+    ::llvm::SmallVector<Piece> getPieceList();
+  }];
+  let hasVerifier = 1;
+}
+
 #endif // FSDP_DIALECT_FSDP_IR_FSDPOPS_TD

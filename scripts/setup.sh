@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs what fsdp-mlir needs on Debian 12 and configures the build tree.
+# Safe to run any number of times: it installs only missing packages and
+# reconfigures only when needed.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD="${FSDP_BUILD_DIR:-$ROOT/build}"
+
+PACKAGES=(cmake ninja-build g++ python3 ccache
+          llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools
+          libgtest-dev)
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+if [[ ! -f "$BUILD/build.ninja" ]]; then
+  cmake -G Ninja -S "$ROOT" -B "$BUILD" \
+    -DCMAKE_BUILD_TYPE=Release \
+    -DMLIR_DIR=/usr/lib/llvm-22/lib/cmake/mlir \
+    -DLLVM_EXTERNAL_LIT=/usr/lib/llvm-22/bin/lit
+fi
