@@ -433,9 +433,9 @@ Status verifyLayout(const std::vector<Shape> &shapes, const PackedLayout &layout
                        " is not a multiple of its row size " + std::to_string(rows));
     int64_t end;
     if (!checkedAdd(offset, numel, end) || end > layout.size)
-      return makeError(name + ": elements [" + std::to_string(offset) + ", " +
-                       std::to_string(offset) + " + " + std::to_string(numel) +
-                       ") exceed the buffer size " + std::to_string(layout.size));
+      return makeError(name + ": its " + std::to_string(numel) +
+                       " elements at offset " + std::to_string(offset) +
+                       " run past the buffer size " + std::to_string(layout.size));
     extents.push_back(Extent{offset, end, t});
   }
 

@@ -3,6 +3,7 @@
 #include "fsdp/Dialect/FSDP/IR/FSDPDialect.h"
 #include "fsdp/Dialect/FSDP/Transforms/Passes.h"
 #include "fsdp/Import/ModelJSON.h"
+#include "fsdp/Target/LayoutJSON.h"
 
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/Transforms/Passes.h"
@@ -19,4 +20,5 @@ void fsdp::registerFSDPToolPasses() {
 
 void fsdp::registerFSDPToolTranslations() {
   registerImportModelJSONTranslation();
+  registerToLayoutJSONTranslation();
 }

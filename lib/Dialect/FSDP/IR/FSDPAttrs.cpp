@@ -26,6 +26,32 @@ bool fsdp::isSupportedFloatType(Type type) {
   return type.isF64() || type.isF32() || type.isBF16() || type.isF16();
 }
 
+StringRef fsdp::getDTypeName(Type type) {
+  if (type.isF64())
+    return "f64";
+  if (type.isF32())
+    return "f32";
+  if (type.isBF16())
+    return "bf16";
+  if (type.isF16())
+    return "f16";
+  if (!isSupportedElementType(type))
+    return "";
+  auto intType = llvm::cast<IntegerType>(type);
+  switch (intType.getWidth()) {
+  case 1:
+    return "bool";
+  case 8:
+    return intType.isUnsigned() ? "u8" : "i8";
+  case 16:
+    return "i16";
+  case 32:
+    return "i32";
+  default:
+    return "i64";
+  }
+}
+
 bool fsdp::isSupportedElementType(Type type) {
   if (isSupportedFloatType(type))
     return true;
@@ -124,4 +150,39 @@ FullyShardAttr::verify(function_ref<InFlightDiagnostic()> emitError,
 
 unsigned FullyShardAttr::getNumShardAxes() const {
   return llvm::count(getPlacements(), Placement::Shard);
+}
+
+//===----------------------------------------------------------------------===//
+// BufferAttr: <model_weight : f32, aliases main_weight>
+//===----------------------------------------------------------------------===//
+
+Attribute BufferAttr::parse(AsmParser &parser, Type) {
+  StringRef roleName;
+  Type dtype;
+  SMLoc loc = parser.getCurrentLocation();
+  if (parser.parseLess() || parser.parseKeyword(&roleName))
+    return {};
+  std::optional<BufferRole> role = symbolizeBufferRole(roleName);
+  if (!role) {
+    parser.emitError(loc, "unknown buffer role '") << roleName << "'";
+    return {};
+  }
+  if (parser.parseColon() || parser.parseType(dtype))
+    return {};
+  bool aliases = false;
+  if (succeeded(parser.parseOptionalComma())) {
+    if (parser.parseKeyword("aliases") || parser.parseKeyword("main_weight"))
+      return {};
+    aliases = true;
+  }
+  if (parser.parseGreater())
+    return {};
+  return BufferAttr::get(parser.getContext(), *role, dtype, aliases);
+}
+
+void BufferAttr::print(AsmPrinter &printer) const {
+  printer << "<" << stringifyBufferRole(getRole()) << " : " << getDtype();
+  if (getAliasesMainWeight())
+    printer << ", aliases main_weight";
+  printer << ">";
 }

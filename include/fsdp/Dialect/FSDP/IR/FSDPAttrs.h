@@ -18,6 +18,9 @@ bool isSupportedElementType(mlir::Type type);
 /// True for the floating types usable as main-weight, gradient or
 /// optimizer-state dtypes: f64 f32 bf16 f16.
 bool isSupportedFloatType(mlir::Type type);
+/// The dtype's name in fsdp-model-v1 / fsdp-layout-v1 JSON ("bf16", "u8",
+/// "bool", ...); empty for unsupported types.
+llvm::StringRef getDTypeName(mlir::Type type);
 } // namespace fsdp
 
 #endif // FSDP_DIALECT_FSDP_IR_FSDPATTRS_H

@@ -49,10 +49,8 @@ def FSDP_BufferAttr : FSDP_Attr<"Buffer", "buffer"> {
     ```
   }];
   let parameters = (ins "::fsdp::BufferRole":$role, "::mlir::Type":$dtype,
-                        DefaultValuedParameter<"bool", "false">:$aliasesMainWeight);
-  let assemblyFormat = [{
-    `<` $role `:` $dtype (`,` `aliases` `main_weight` $aliasesMainWeight^)? `>`
-  }];
+                        "bool":$aliasesMainWeight);
+  let hasCustomAssemblyFormat = 1;
 }
 
 #endif // FSDP_DIALECT_FSDP_IR_FSDPATTRS_TD
