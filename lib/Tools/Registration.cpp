@@ -4,6 +4,7 @@
 #include "fsdp/Dialect/FSDP/Transforms/Passes.h"
 #include "fsdp/Import/ModelJSON.h"
 #include "fsdp/Target/LayoutJSON.h"
+#include "fsdp/Target/LayoutSVG.h"
 
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/Transforms/Passes.h"
@@ -21,4 +22,5 @@ void fsdp::registerFSDPToolPasses() {
 void fsdp::registerFSDPToolTranslations() {
   registerImportModelJSONTranslation();
   registerToLayoutJSONTranslation();
+  registerToLayoutSVGTranslation();
 }

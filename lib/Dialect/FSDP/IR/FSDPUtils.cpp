@@ -24,11 +24,13 @@ FailureOr<SmallVector<ParamGroupOp>> fsdp::getLoweredGroups(ModelOp model,
                                                             StringRef tool) {
   SmallVector<ParamGroupOp> groups =
       llvm::to_vector(model.getBody().getOps<ParamGroupOp>());
-  bool hasUnits = false;
-  model.getRootModule().walk([&](NNModuleOp module) {
-    hasUnits |= static_cast<bool>(module.getFullyShard());
+  // A model whose units own no parameter lowers to no group at all.
+  bool ownsParams = false;
+  model.getRootModule().walk([&](ParamOp param) {
+    ownsParams |= static_cast<bool>(
+        cast<NNModuleOp>(param->getParentOp()).getOwningUnit());
   });
-  bool lowered = !groups.empty() || !hasUnits;
+  bool lowered = !groups.empty() || !ownsParams;
   for (ParamGroupOp group : groups)
     lowered &= group.getChunk() && group.getRanks() && group.getBuffers();
   if (!lowered)
