@@ -330,6 +330,37 @@ int64_t shardIndex(int64_t flatRank, const std::vector<int64_t> &meshSizes,
   return index;
 }
 
+std::vector<int64_t> shardIndices(const std::vector<int64_t> &meshSizes,
+                                  const std::vector<Placement> &placements) {
+  const int64_t ranks = meshSize(meshSizes);
+  // Stride of each axis in shard-index order: the first shard axis varies
+  // fastest (see shardIndex); replicate axes contribute nothing.
+  std::vector<int64_t> strides(meshSizes.size(), 0);
+  int64_t stride = 1;
+  for (size_t axis = 0; axis < meshSizes.size() && axis < placements.size(); ++axis)
+    if (placements[axis] == Placement::Shard) {
+      strides[axis] = stride;
+      stride *= meshSizes[axis];
+    }
+  std::vector<int64_t> indices;
+  indices.reserve(static_cast<size_t>(ranks));
+  std::vector<int64_t> coords(meshSizes.size(), 0);
+  int64_t index = 0;
+  for (int64_t rank = 0; rank < ranks; ++rank) {
+    indices.push_back(index);
+    // Advance the row-major odometer (last axis fastest), keeping index in step.
+    for (size_t axis = coords.size(); axis-- > 0;) {
+      if (++coords[axis] < meshSizes[axis]) {
+        index += strides[axis];
+        break;
+      }
+      index -= strides[axis] * (meshSizes[axis] - 1);
+      coords[axis] = 0;
+    }
+  }
+  return indices;
+}
+
 namespace {
 /// shardCoords into a caller-owned vector (loops over shards reuse it).
 void decodeShardIndex(int64_t shardIndex, const std::vector<int64_t> &meshSizes,

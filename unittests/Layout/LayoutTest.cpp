@@ -16,11 +16,38 @@
 #include <cstdint>
 #include <limits>
 #include <list>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
 
+namespace fsdp {
+namespace layout {
+// Readable values in failure messages.
+void PrintTo(const Range &range, std::ostream *os) {
+  *os << "[" << range.begin << ", " << range.end << ")";
+}
+void PrintTo(const Piece &piece, std::ostream *os) {
+  *os << "{rowOffset " << piece.rowOffset << ", rows " << piece.rows << ", localOffset "
+      << piece.localOffset << "}";
+}
+} // namespace layout
+} // namespace fsdp
+
 using namespace fsdp::layout;
+
+// gtest assertions in the per-piece loops of the property tests cost seconds
+// in unoptimized builds; these check with a plain `if` and build a message
+// only on failure (returning from the test like ASSERT_*).
+#define REQUIRE(cond)                                                          \
+  if (cond) {                                                                  \
+  } else                                                                       \
+    FAIL() << "check failed: " #cond " "
+#define REQUIRE_EQ(a, b)                                                       \
+  if ((a) == (b)) {                                                            \
+  } else                                                                       \
+    FAIL() << "expected " #a " == " #b ": " << ::testing::PrintToString(a)    \
+           << " vs " << ::testing::PrintToString(b) << " "
 
 namespace {
 
@@ -283,6 +310,24 @@ TEST(Packing, FragmentsLargestFirstStableAndRowAligned) {
   EXPECT_EQ(layout.offsets, (std::vector<int64_t>{0, 12, 36, 40, 27}));
 }
 
+TEST(Packing, ManyFragmentTiesKeepGroupOrder) {
+  // Enough fragments that an unstable sort would reorder ties: all go to the
+  // tail after [1,60], largest first, ties in group order.
+  std::vector<Shape> shapes = {{1, 60}};
+  for (int i = 0; i < 64; ++i)
+    shapes.push_back({(i * 7) % 4 + 1});
+  PackedLayout layout = mustPack(shapes, 1);
+  ASSERT_EQ(layout.chunk, 60);
+  int64_t next = 60;
+  for (int64_t numel = 4; numel >= 1; --numel)
+    for (size_t t = 1; t < shapes.size(); ++t)
+      if (shapes[t][0] == numel) {
+        EXPECT_EQ(layout.offsets[t], next) << "tensor " << t;
+        next += numel;
+      }
+  EXPECT_EQ(layout.size, 240);
+}
+
 TEST(Packing, EmptyGroup) {
   PackedLayout layout = mustPack({}, 4);
   EXPECT_EQ(layout.chunk, 1);
@@ -357,7 +402,7 @@ TEST(Errors, PackRejectsOverflow) {
   ASSERT_FALSE(size.ok());
   EXPECT_TRUE(contains(size.error(), "buffer size")) << size.error();
   // Padding the last tensor up to chunk * dp.
-  fsdp::Result<PackedLayout> padding = packGroup({{max - 5}}, 4);
+  fsdp::Result<PackedLayout> padding = packGroup({{max - 5}}, 8);
   ASSERT_FALSE(padding.ok());
   EXPECT_TRUE(contains(padding.error(), "overflow")) << padding.error();
 }
@@ -437,7 +482,7 @@ TEST_F(CorruptedLayout, OutOfRange) {
   bad.offsets[1] = 44; // P1 [44,51) past 48
   std::string error = rejection(bad);
   EXPECT_TRUE(contains(error, "tensor 1")) << error;
-  EXPECT_TRUE(contains(error, "exceed")) << error;
+  EXPECT_TRUE(contains(error, "run past the buffer size 48")) << error;
 
   bad = good;
   bad.offsets[0] = -3;
@@ -577,25 +622,34 @@ Range rankRange(int64_t size, const std::vector<int64_t> &coords,
   return Range{index * (size / pieces), (index + 1) * (size / pieces)};
 }
 
-/// DTensor's canonical Shard(0) rows, simulated on an explicit list of row
-/// indices split by torch.chunk along each shard axis in mesh order.
-std::vector<int64_t> canonicalRows(int64_t dim0, const std::vector<int64_t> &coords,
-                                   const std::vector<int64_t> &mesh,
-                                   const std::vector<Placement> &placements) {
-  std::vector<int64_t> rows;
+/// DTensor's canonical Shard(0) rows of every rank, simulated on explicit
+/// lists of row indices: each shard axis, in mesh order (axis 0 first),
+/// deals the rows it got into torch.chunk pieces of ceil(n / size) rows.
+/// Indexed by flat rank; replicate axes copy.
+std::vector<std::vector<int64_t>> canonicalRowsByRank(int64_t dim0,
+                                                      const std::vector<int64_t> &mesh,
+                                                      const std::vector<Placement> &placements) {
+  std::vector<std::vector<int64_t>> lists(1);
   for (int64_t r = 0; r < dim0; ++r)
-    rows.push_back(r);
+    lists[0].push_back(r);
+  // lists is indexed row-major by the coordinates of the axes done so far.
   for (size_t a = 0; a < mesh.size(); ++a) {
-    if (placements[a] != S)
-      continue;
-    const size_t per = (rows.size() + mesh[a] - 1) / mesh[a];
-    std::vector<int64_t> mine;
-    for (size_t i = 0; i < rows.size(); ++i)
-      if (per > 0 && int64_t(i / per) == coords[a])
-        mine.push_back(rows[i]);
-    rows = mine;
+    std::vector<std::vector<int64_t>> next;
+    for (const std::vector<int64_t> &rows : lists) {
+      const size_t per = (rows.size() + mesh[a] - 1) / mesh[a];
+      for (int64_t i = 0; i < mesh[a]; ++i) {
+        if (placements[a] == R) {
+          next.push_back(rows);
+          continue;
+        }
+        const size_t begin = std::min(rows.size(), size_t(i) * per);
+        const size_t end = std::min(rows.size(), begin + per);
+        next.emplace_back(rows.begin() + begin, rows.begin() + end);
+      }
+    }
+    lists.swap(next);
   }
-  return rows;
+  return lists;
 }
 
 } // namespace ref
@@ -674,31 +728,34 @@ TEST(LayoutProperty, MatchesReferenceAndTiles) {
       const int64_t numel = ref::product(c.shapes[t], 0);
       const int64_t rows = ref::product(c.shapes[t], 1);
       used += numel;
-      ASSERT_EQ(layout.chunk % rows, 0);
-      ASSERT_EQ(layout.offsets[t] % rows, 0);
-      ASSERT_GE(layout.offsets[t], 0);
-      ASSERT_LE(layout.offsets[t] + numel, layout.size);
+      REQUIRE_EQ(layout.chunk % rows, 0);
+      REQUIRE_EQ(layout.offsets[t] % rows, 0);
+      REQUIRE(layout.offsets[t] >= 0);
+      REQUIRE(layout.offsets[t] + numel <= layout.size);
       for (size_t u = 0; u < t; ++u) {
         const int64_t otherEnd = layout.offsets[u] + ref::product(c.shapes[u], 0);
-        ASSERT_TRUE(layout.offsets[t] + numel <= layout.offsets[u] ||
+        REQUIRE(layout.offsets[t] + numel <= layout.offsets[u] ||
                     otherEnd <= layout.offsets[t])
             << "tensors " << u << " and " << t << " overlap";
       }
     }
-    ASSERT_EQ(layout.size % (layout.chunk * ranks), 0);
+    REQUIRE_EQ(layout.size % (layout.chunk * ranks), 0);
     withHoles += used < layout.size;
 
     // Rank ranges: closed form, and shard index round trip.
     const std::vector<Range> ranges = rankRanges(layout.size, c.mesh, c.placements);
-    ASSERT_EQ(int64_t(ranges.size()), ranks);
+    REQUIRE_EQ(int64_t(ranges.size()), ranks);
+    std::vector<std::vector<int64_t>> coordsOf(static_cast<size_t>(ranks));
+    std::vector<int64_t> shardOf(static_cast<size_t>(ranks));
     for (int64_t rank = 0; rank < ranks; ++rank) {
-      const std::vector<int64_t> coords = rankCoords(rank, c.mesh);
-      ASSERT_EQ(ranges[rank], ref::rankRange(layout.size, coords, c.mesh, c.placements));
+      const std::vector<int64_t> &coords = coordsOf[rank] = rankCoords(rank, c.mesh);
+      REQUIRE_EQ(ranges[rank], ref::rankRange(layout.size, coords, c.mesh, c.placements));
       int64_t pieces;
-      const int64_t index = ref::pieceIndex(coords, c.mesh, c.placements, pieces);
-      ASSERT_EQ(pieces, shards);
-      ASSERT_EQ(shardIndex(rank, c.mesh, c.placements), index);
-      ASSERT_EQ(localRange(layout.size, c.mesh, shardCoords(index, c.mesh, c.placements),
+      const int64_t index = shardOf[rank] =
+          ref::pieceIndex(coords, c.mesh, c.placements, pieces);
+      REQUIRE_EQ(pieces, shards);
+      REQUIRE_EQ(shardIndex(rank, c.mesh, c.placements), index);
+      REQUIRE_EQ(localRange(layout.size, c.mesh, shardCoords(index, c.mesh, c.placements),
                            c.placements),
                 ranges[rank]);
     }
@@ -718,40 +775,43 @@ TEST(LayoutProperty, MatchesReferenceAndTiles) {
         const Piece piece = pieceOf(offset, shape, range);
         if (piece.empty()) {
           const int64_t below = std::min(std::max(range.begin - offset, int64_t(0)), numel);
-          ASSERT_EQ(piece.rowOffset * rows, below);
-          ASSERT_EQ(piece.localOffset, 0);
+          REQUIRE_EQ(piece.rowOffset * rows, below);
+          REQUIRE_EQ(piece.localOffset, 0);
           continue;
         }
-        ASSERT_EQ(piece.rowOffset, nextRow);
+        REQUIRE_EQ(piece.rowOffset, nextRow);
         const int64_t begin = offset + piece.rowOffset * rows;
         const int64_t end = begin + piece.rows * rows;
-        ASSERT_EQ(begin, std::max(offset, range.begin));
-        ASSERT_EQ(end, std::min(offset + numel, range.end));
-        ASSERT_EQ(piece.localOffset, begin - range.begin);
+        REQUIRE_EQ(begin, std::max(offset, range.begin));
+        REQUIRE_EQ(end, std::min(offset + numel, range.end));
+        REQUIRE_EQ(piece.localOffset, begin - range.begin);
         nextRow += piece.rows;
       }
-      ASSERT_EQ(nextRow, shape[0]) << "tensor " << t;
+      REQUIRE_EQ(nextRow, shape[0]) << "tensor " << t;
     }
 
     // Canonical Shard(0) comparison against the simulated DTensor split.
     for (size_t t = 0; t < c.shapes.size(); ++t) {
       const Shape &shape = c.shapes[t];
       bool differs = false;
-      for (int64_t rank = 0; rank < ranks && !differs; ++rank) {
-        const std::vector<int64_t> coords = rankCoords(rank, c.mesh);
-        const std::vector<int64_t> canonical =
-            ref::canonicalRows(shape[0], coords, c.mesh, c.placements);
+      const std::vector<std::vector<int64_t>> canonicalByRank =
+          ref::canonicalRowsByRank(shape[0], c.mesh, c.placements);
+      REQUIRE_EQ(int64_t(canonicalByRank.size()), ranks);
+      for (int64_t rank = 0; rank < ranks; ++rank) {
+        const std::vector<int64_t> &coords = coordsOf[rank];
+        const std::vector<int64_t> &canonical = canonicalByRank[rank];
         const Range canonicalRange =
             canonicalRowsForCoords(shape[0], c.mesh, coords, c.placements);
-        ASSERT_EQ(canonicalRange.size(), int64_t(canonical.size()));
-        if (!canonical.empty())
-          ASSERT_EQ(canonicalRange.begin, canonical.front());
+        REQUIRE_EQ(canonicalRange.size(), int64_t(canonical.size()));
+        if (!canonical.empty()) {
+          REQUIRE_EQ(canonicalRange.begin, canonical.front());
+        }
         const Piece real = pieceOf(layout.offsets[t], shape, ranges[rank]);
         if (real.rows != int64_t(canonical.size()) ||
             (real.rows > 0 && real.rowOffset != canonical.front()))
           differs = true;
       }
-      ASSERT_EQ(differsFromCanonical(layout.offsets[t], shape, layout.size, c.mesh,
+      REQUIRE_EQ(differsFromCanonical(layout.offsets[t], shape, layout.size, c.mesh,
                                      c.placements),
                 differs)
           << "tensor " << t;
@@ -769,7 +829,8 @@ TEST(LayoutProperty, MatchesReferenceAndTiles) {
     for (size_t t = 0; t < tensors; ++t)
       for (int64_t e = 0; e < ref::product(c.shapes[t], 0); ++e) {
         int &slot = owner[static_cast<size_t>(layout.offsets[t] + e)];
-        ASSERT_EQ(slot, -1) << "element " << layout.offsets[t] + e << " owned twice";
+        if (slot != -1) // plain ifs in the hot loops keep -O0 builds fast
+          FAIL() << "element " << layout.offsets[t] + e << " owned twice";
         slot = int(t);
       }
     std::vector<std::vector<Piece>> held(static_cast<size_t>(shards),
@@ -784,31 +845,31 @@ TEST(LayoutProperty, MatchesReferenceAndTiles) {
           continue;
         if (first[t] < 0)
           first[t] = e;
-        ASSERT_EQ(e, first[t] + count[t]) << "piece of tensor " << t << " not contiguous";
+        if (e != first[t] + count[t])
+          FAIL() << "piece of tensor " << t << " not contiguous";
         ++count[t];
       }
       for (size_t t = 0; t < tensors; ++t) {
         const int64_t rows = ref::product(c.shapes[t], 1);
         Piece &piece = held[s][t];
         if (count[t] == 0) {
-          ASSERT_EQ(seen[t] % rows, 0);
+          REQUIRE_EQ(seen[t] % rows, 0);
           piece.rowOffset = seen[t] / rows;
         } else {
-          ASSERT_EQ(first[t] - layout.offsets[t], seen[t]);
-          ASSERT_EQ(seen[t] % rows, 0) << "partial row";
-          ASSERT_EQ(count[t] % rows, 0) << "partial row";
+          REQUIRE_EQ(first[t] - layout.offsets[t], seen[t]);
+          REQUIRE_EQ(seen[t] % rows, 0) << "partial row";
+          REQUIRE_EQ(count[t] % rows, 0) << "partial row";
           piece = Piece{seen[t] / rows, count[t] / rows, first[t] - begin};
         }
         seen[t] += count[t];
       }
     }
     for (size_t t = 0; t < tensors; ++t)
-      ASSERT_EQ(seen[t], ref::product(c.shapes[t], 0)) << "tensor " << t << " not tiled";
+      REQUIRE_EQ(seen[t], ref::product(c.shapes[t], 0)) << "tensor " << t << " not tiled";
     for (int64_t rank = 0; rank < ranks; ++rank) {
-      int64_t pieces;
-      const int64_t s = ref::pieceIndex(rankCoords(rank, c.mesh), c.mesh, c.placements, pieces);
+      const int64_t s = shardOf[rank];
       for (size_t t = 0; t < tensors; ++t)
-        ASSERT_EQ(pieceOf(layout.offsets[t], c.shapes[t], ranges[rank]), held[s][t])
+        REQUIRE_EQ(pieceOf(layout.offsets[t], c.shapes[t], ranges[rank]), held[s][t])
             << "rank " << rank << " tensor " << t;
     }
   }
@@ -872,3 +933,27 @@ TEST(LayoutProperty, VerifyRejectsExactlyTheBrokenLayouts) {
 }
 
 } // namespace
+
+// shardIndices (one pass over every rank) agrees with shardIndex rank by rank
+// on every mesh of up to three axes with sizes 1-4 and every valid placement.
+TEST(LayoutMesh, ShardIndicesMatchShardIndex) {
+  int meshes = 0;
+  for (int axes = 1; axes <= 3; ++axes) {
+    for (int code = 0; code < (1 << (2 * axes)); ++code) {
+      std::vector<int64_t> sizes;
+      for (int axis = 0; axis < axes; ++axis)
+        sizes.push_back(1 + ((code >> (2 * axis)) & 3));
+      for (int numShard = 1; numShard <= axes; ++numShard) {
+        std::vector<Placement> placements(axes - numShard, Placement::Replicate);
+        placements.resize(axes, Placement::Shard);
+        std::vector<int64_t> indices = shardIndices(sizes, placements);
+        ASSERT_EQ(static_cast<int64_t>(indices.size()), meshSize(sizes));
+        for (int64_t rank = 0; rank < meshSize(sizes); ++rank)
+          ASSERT_EQ(indices[rank], shardIndex(rank, sizes, placements))
+              << "rank " << rank << " of a " << axes << "-axis mesh";
+        ++meshes;
+      }
+    }
+  }
+  EXPECT_EQ(meshes, 4 * 1 + 16 * 2 + 64 * 3);
+}

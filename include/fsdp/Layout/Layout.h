@@ -131,6 +131,11 @@ int64_t numShards(const std::vector<int64_t> &meshSizes,
 int64_t shardIndex(int64_t flatRank, const std::vector<int64_t> &meshSizes,
                    const std::vector<Placement> &placements);
 
+/// shardIndex of every flat rank, in one pass (no per-rank allocation): what
+/// tools that handle every rank of a large mesh call.
+std::vector<int64_t> shardIndices(const std::vector<int64_t> &meshSizes,
+                                  const std::vector<Placement> &placements);
+
 /// The coordinates of a rank that holds buffer piece `shardIndex`, with every
 /// replicate axis at 0 (the inverse of shardIndex on those ranks).
 std::vector<int64_t> shardCoords(int64_t shardIndex,

@@ -41,7 +41,7 @@ constexpr double kBarWidth = 1200;
 constexpr double kBandHeight = 18;
 constexpr double kBarHeight = 44;
 constexpr double kCalloutRowHeight = 14;
-constexpr unsigned kMaxCalloutRows = 6;
+constexpr unsigned kMaxCalloutRows = 8;
 constexpr double kTableRowHeight = 15;
 /// Where the groups start, below the header and legend.
 constexpr double kBodyTop = 76;
@@ -386,12 +386,24 @@ void SVGWriter::text(double tx, double ty, StringRef cls, StringRef content,
 
 std::string SVGWriter::piecesText(const Group &group,
                                   const Segment &segment) const {
+  // The first and last pieces of a tensor spread over many shards (the
+  // tooltip lists them all).
+  constexpr size_t kHead = 3;
+  SmallVector<MemberOp::Piece> pieces = segment.member.getPieceList();
   SmallVector<std::string> parts;
-  for (MemberOp::Piece piece : segment.member.getPieceList())
+  for (auto [index, piece] : llvm::enumerate(pieces)) {
+    if (pieces.size() > kHead + 2 && index >= kHead &&
+        index + 1 < pieces.size()) {
+      if (index == kHead)
+        parts.push_back("... (" + std::to_string(pieces.size()) +
+                        " pieces)");
+      continue;
+    }
     parts.push_back(std::to_string(piece.shard) + ":[" +
                     std::to_string(piece.rowBegin) + "," +
                     std::to_string(piece.rowEnd) + ")@" +
                     std::to_string(piece.localOffset));
+  }
   return llvm::join(parts, " ");
 }
 
@@ -658,8 +670,13 @@ void SVGWriter::writeGroup(const Group &group) {
     }
     bool light = segment.kind == Segment::Padding;
     std::string style = "stroke=\"" + halo + "\"";
+    // A class, not a font-size attribute: CSS beats presentation attributes.
+    std::string inbarClass = "inbar";
     if (fontSize != kBarFont)
-      style += " font-size=\"" + num(fontSize) + "px\"";
+      inbarClass += " small";
+    if (light)
+      inbarClass += " light";
+
     const std::string *second = nullptr;
     if (fits(detail, kSmallFont))
       second = &detail;
@@ -667,18 +684,19 @@ void SVGWriter::writeGroup(const Group &group) {
       second = &count;
     double barMid = (barTop + barBottom) / 2;
     if (second) {
-      text(mid, barMid - 2, light ? "inbar light" : "inbar", *chosen, "middle",
-           style);
+      text(mid, barMid - 2, inbarClass, *chosen, "middle", style);
       text(mid, barMid + 12, light ? "detail light" : "detail", *second,
            "middle", "stroke=\"" + halo + "\"");
     } else {
-      text(mid, barMid + 4, light ? "inbar light" : "inbar", *chosen, "middle",
-           style);
+      text(mid, barMid + 4, inbarClass, *chosen, "middle", style);
     }
   }
 
   // Element offsets below the bar: shard boundaries first, then span
-  // boundaries where they do not collide.
+  // boundaries where they do not collide. Written after the callouts so
+  // their white halo interrupts the leaders that cross them.
+  body.flush();
+  size_t axisStart = bodyText.size();
   Row axis;
   double axisY = barBottom + 17;
   auto placeOffset = [&](int64_t element, bool major) {
@@ -705,10 +723,27 @@ void SVGWriter::writeGroup(const Group &group) {
     if (segment.begin != 0)
       placeOffset(segment.begin, false);
   y = axisY + 4;
+  body.flush();
+  std::string axisText = bodyText.substr(axisStart);
+  bodyText.resize(axisStart);
 
   // Callouts for narrow spans, greedily in rows; a leader never crosses a
-  // label placed in a row above its own.
+  // label placed in a row above its own. Callouts that find no row are left
+  // out (the table lists every span).
   if (!callouts.empty()) {
+    // Spans within 2 px of each other share one callout.
+    SmallVector<std::pair<double, std::string>> merged;
+    for (auto &[cx, label] : callouts) {
+      if (!merged.empty() && cx - merged.back().first <= 2) {
+        merged.back().second += ", " + label;
+        continue;
+      }
+      merged.push_back({cx, label});
+    }
+    callouts = std::move(merged);
+    // Right to left, labels to the right of their leaders: a label never
+    // covers the leader of a callout further left, so rows form a staircase.
+    std::reverse(callouts.begin(), callouts.end());
     SmallVector<Row> rows(kMaxCalloutRows);
     double firstRowY = y + 12;
     unsigned usedRows = 0;
@@ -738,6 +773,8 @@ void SVGWriter::writeGroup(const Group &group) {
     }
     y = firstRowY + (usedRows ? usedRows - 1 : 0) * kCalloutRowHeight + 4;
   }
+
+  body << axisText;
 
   // Table of spans in buffer order.
   struct Cell {
@@ -826,9 +863,11 @@ void SVGWriter::write(llvm::raw_ostream &os, size_t numGroups,
      << ".inbar,.detail{paint-order:stroke;stroke-width:3px;"
         "stroke-linejoin:round}\n"
      << ".inbar{font-size:" << kBarFont << "px}\n"
-     << ".detail{font-size:" << kSmallFont << "px;fill:#333}\n"
+     << ".detail,.small{font-size:" << kSmallFont << "px}\n"
+     << ".detail{fill:#333}\n"
      << ".light{fill:#fff}\n"
-     << ".offset{font-size:" << kSmallFont << "px;fill:#1a1a1a}\n"
+     << ".offset{font-size:" << kSmallFont << "px;fill:#1a1a1a;"
+        "paint-order:stroke;stroke:#fff;stroke-width:4px}\n"
      << ".minor{fill:#888}\n"
      << ".callout{font-size:" << kSmallFont << "px;fill:#333}\n"
      << ".th{font-size:" << kTableFont << "px;font-weight:bold;fill:#555}\n"

@@ -611,9 +611,9 @@ LogicalResult ParamGroupOp::verifyRegions() {
     return emitOpError() << "ranks lists " << ranks.size()
                          << " ranges but mesh @" << mesh.getSymName()
                          << " has " << numRanks << " ranks";
+  std::vector<int64_t> shardOfRank = layout::shardIndices(meshSizes, placements);
   for (int64_t rank = 0; rank < numRanks; ++rank) {
-    int64_t expectedBegin =
-        layout::shardIndex(rank, meshSizes, placements) * shardSize;
+    int64_t expectedBegin = shardOfRank[rank] * shardSize;
     if (ranks[rank] != expectedBegin)
       return emitOpError() << "rank " << rank << " range begins at "
                            << ranks[rank] << ", but the mesh and placements "

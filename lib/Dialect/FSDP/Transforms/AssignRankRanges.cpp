@@ -60,10 +60,11 @@ struct AssignRankRangesPass
       int64_t numShards = layout::numShards(meshSizes, placements);
       int64_t shardSize = size / numShards;
 
+      std::vector<int64_t> shardOfRank =
+          layout::shardIndices(meshSizes, placements);
       SmallVector<int64_t> rankBegins(numRanks);
       for (int64_t rank = 0; rank < numRanks; ++rank)
-        rankBegins[rank] =
-            layout::shardIndex(rank, meshSizes, placements) * shardSize;
+        rankBegins[rank] = shardOfRank[rank] * shardSize;
       group.setShardSizeAttr(builder.getI64IntegerAttr(shardSize));
       group.setRanksAttr(builder.getDenseI64ArrayAttr(rankBegins));
       group.setBuffersAttr(buildBuffers(group, model.getOptimizer()));

@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""Compiler benchmark: import + lowering of a Llama-405B-shaped model.
+
+For each world size (default 8, 1024, 16384 ranks) it generates the model
+description (126 decoder layers, one fully_shard unit each), then measures
+`fsdp-translate --import-model-json` + `fsdp-opt --fsdp-lower-fully-shard`
+(seconds, and peak RSS of the larger of the two processes), and, up to 1,024
+ranks, `--emit-layout-json` (which lists every rank, so it grows with the
+world). Prints one JSON line per figure (DESIGN.md §6): ratios are
+ref/ours against the bars (2 s and 1 GiB at 16,384 ranks), higher is better.
+
+usage: bench/lower.py [--build DIR] [--ranks 8,1024,16384] [--repeat N]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LOWER_BAR_S = 2.0
+RSS_BAR_MB = 1024.0
+
+
+def run(argv):
+    """Runs argv; returns (seconds, peak RSS in MiB)."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode:
+        sys.exit(f"bench: {' '.join(argv)} failed: {proc.stderr.read().decode()}")
+    return seconds, usage.ru_maxrss / 1024.0
+
+
+def emit(name, value, unit, ref, ranks, higher_is_better=False):
+    ratio = (value / ref) if higher_is_better else (ref / value if value else 0.0)
+    print(json.dumps({"name": name, "value": round(value, 4), "unit": unit,
+                      "vs": "ceiling", "ref": ref, "ratio": round(ratio, 3),
+                      "ranks": ranks}), flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--build", default=os.path.join(ROOT, "build"))
+    parser.add_argument("--ranks", default="8,1024,16384")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="runs per figure; the best is reported")
+    args = parser.parse_args()
+    translate = os.path.join(args.build, "bin", "fsdp-translate")
+    opt = os.path.join(args.build, "bin", "fsdp-opt")
+    summary = []
+    with tempfile.TemporaryDirectory(prefix="fsdp-bench-") as tmp:
+        for ranks in [int(r) for r in args.ranks.split(",")]:
+            model = os.path.join(tmp, f"405b-{ranks}.json")
+            imported = os.path.join(tmp, f"405b-{ranks}.mlir")
+            lowered = os.path.join(tmp, f"405b-{ranks}.lowered.mlir")
+            subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "gen_llama_model.py"),
+                            "--preset", "405b", "--mesh", f"dp={ranks}", "-o", model],
+                           check=True)
+            best = None
+            for _ in range(args.repeat):
+                t_import, rss_import = run([translate, "--import-model-json", model, "-o", imported])
+                t_lower, rss_lower = run([opt, imported, "--fsdp-lower-fully-shard", "-o", lowered])
+                sample = (t_import + t_lower, max(rss_import, rss_lower), t_import, t_lower)
+                best = sample if best is None or sample[0] < best[0] else best
+            seconds, rss, t_import, t_lower = best
+            emit("lower", seconds, "s", LOWER_BAR_S, ranks)
+            emit("lower_rss", rss, "MiB", RSS_BAR_MB, ranks)
+            line = (f"{ranks:>6} ranks: import {t_import:.3f} s + lower {t_lower:.3f} s "
+                    f"= {seconds:.3f} s, peak RSS {rss:.0f} MiB, lowered IR "
+                    f"{os.path.getsize(lowered) / 2**20:.1f} MiB")
+            if ranks <= 1024:
+                layout = os.path.join(tmp, f"405b-{ranks}.layout.json")
+                t_json = min(run([translate, "--emit-layout-json", lowered, "-o", layout])[0]
+                             for _ in range(args.repeat))
+                emit("layout_json", t_json, "s", LOWER_BAR_S, ranks)
+                line += (f", layout JSON {t_json:.3f} s, "
+                         f"{os.path.getsize(layout) / 2**20:.1f} MiB")
+            summary.append(line)
+    print("\nsummary (bars at 16,384 ranks: < 2 s, < 1 GiB):")
+    for line in summary:
+        print("  " + line)
+
+
+if __name__ == "__main__":
+    main()

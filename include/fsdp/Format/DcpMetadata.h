@@ -1,0 +1,203 @@
+//===- DcpMetadata.h - PyTorch DCP `.metadata` as typed structs -*- C++ -*-===//
+//
+// `torch.distributed.checkpoint.metadata.Metadata` (reference/dcp-format.md
+// §1.6, §8): which keys a checkpoint holds (tensor shapes, dtypes and chunk
+// boxes, or opaque bytes items), where each chunk's bytes are
+// (storage_data), the key nesting for dcp_to_torch_save (planner_data),
+// storage_meta and version.
+//
+// Reading accepts what real writers produce: protocol 2/4/5 with memo
+// sharing, torch.Size or plain tuples/lists for shapes and offsets, the
+// layout as a global or as torch.serialization._get_layout('torch.strided'),
+// TensorProperties state as the 5-tuple or the old dict, checkpoint_id as a
+// str or a pathlib path, unknown extra attributes (ignored). Writing emits
+// protocol 2 in PyTorch's field order, with torch.Size objects, the
+// _get_layout form PyTorch itself pickles, and checkpoint_id as a plain str
+// (never a pathlib object: §1.10).
+//
+//===----------------------------------------------------------------------===//
+#ifndef FSDP_FORMAT_DCPMETADATA_H
+#define FSDP_FORMAT_DCPMETADATA_H
+
+#include "fsdp/Format/Pickle.h"
+#include "fsdp/Support/Result.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace fsdp {
+namespace dcp {
+
+//===----------------------------------------------------------------------===//
+// dtypes
+//===----------------------------------------------------------------------===//
+
+enum class DType : uint8_t {
+  Float64,
+  Float32,
+  Float16,
+  BFloat16,
+  Int64,
+  Int32,
+  Int16,
+  Int8,
+  UInt8,
+  Bool,
+  Complex32,
+  Complex64,
+  Complex128,
+  Float8E4M3FN,
+  Float8E4M3FNUZ,
+  Float8E5M2,
+  Float8E5M2FNUZ,
+  Float8E8M0FNU,
+  UInt16,
+  UInt32,
+  UInt64,
+};
+
+struct DTypeInfo {
+  DType dtype;
+  const char *name;          // torch attribute: "float32"
+  unsigned elementSize;      // bytes
+  const char *legacyStorage; // torch.<X>Storage for _rebuild_tensor_v2, or
+                             // null: saved with _rebuild_tensor_v3
+};
+
+const DTypeInfo &dtypeInfo(DType dtype);
+/// Looks up "float32" or "torch.float32"; null if unknown.
+const DTypeInfo *findDType(std::string_view name);
+/// The dtype whose legacy storage class is `storageClass` ("FloatStorage").
+const DTypeInfo *findDTypeByStorage(std::string_view storageClass);
+
+//===----------------------------------------------------------------------===//
+// Metadata
+//===----------------------------------------------------------------------===//
+
+using Dims = std::vector<int64_t>;
+
+struct TensorProperties {
+  DType dtype = DType::Float32;
+  std::string layout = "torch.strided";
+  bool requiresGrad = false;
+  /// _MEM_FORMAT_ENCODING: 0 contiguous, 1 channels_last, 2 preserve.
+  int memoryFormat = 0;
+  bool pinMemory = false;
+  bool operator==(const TensorProperties &o) const {
+    return dtype == o.dtype && layout == o.layout &&
+           requiresGrad == o.requiresGrad && memoryFormat == o.memoryFormat &&
+           pinMemory == o.pinMemory;
+  }
+};
+
+/// One saved box of a tensor: elements [offsets, offsets + sizes).
+struct ChunkMetadata {
+  Dims offsets;
+  Dims sizes;
+  bool operator==(const ChunkMetadata &o) const {
+    return offsets == o.offsets && sizes == o.sizes;
+  }
+};
+
+/// A state_dict_metadata value: TensorStorageMetadata, or
+/// BytesStorageMetadata when `isBytes` (then the other fields are unused).
+struct StorageMetadata {
+  bool isBytes = false;
+  TensorProperties properties;
+  Dims size; // global shape
+  std::vector<ChunkMetadata> chunks;
+  bool operator==(const StorageMetadata &o) const {
+    return isBytes == o.isBytes &&
+           (isBytes || (properties == o.properties && size == o.size &&
+                        chunks == o.chunks));
+  }
+};
+
+/// MetadataIndex: a chunk's key (fqn, chunk offsets) plus a position hint;
+/// bytes items have no offset and index None.
+struct MetadataIndex {
+  std::string fqn;
+  std::optional<Dims> offset;
+  std::optional<int64_t> index;
+  bool operator==(const MetadataIndex &o) const {
+    return fqn == o.fqn && offset == o.offset && index == o.index;
+  }
+};
+
+/// _StorageInfo: the item's byte range [offset, offset + length) in
+/// relative_path.
+struct StorageInfo {
+  std::string relativePath;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  /// e.g. {"stream.zstd/1"}; absent unless stream transforms were used.
+  std::optional<std::vector<std::string>> transformDescriptors;
+  bool operator==(const StorageInfo &o) const {
+    return relativePath == o.relativePath && offset == o.offset &&
+           length == o.length && transformDescriptors == o.transformDescriptors;
+  }
+};
+
+struct StorageMeta {
+  /// A pathlib checkpoint_id is read back as its string form.
+  std::optional<std::string> checkpointId;
+  std::string saveId;
+  std::optional<std::string> loadId;
+  std::vector<std::string> modules;
+  bool operator==(const StorageMeta &o) const {
+    return checkpointId == o.checkpointId && saveId == o.saveId &&
+           loadId == o.loadId && modules == o.modules;
+  }
+};
+
+/// One part of a planner_data path: a dict key or a list index.
+using PathPart = std::variant<std::string, int64_t>;
+
+struct Metadata {
+  /// In file order (PyTorch's global plan order).
+  std::vector<std::pair<std::string, StorageMetadata>> stateDictMetadata;
+  std::vector<std::pair<MetadataIndex, StorageInfo>> storageData;
+  /// flat key -> path parts. Absent when None or in a form we do not know
+  /// (custom planners); the default planner always writes it.
+  std::optional<std::vector<std::pair<std::string, std::vector<PathPart>>>>
+      plannerData;
+  std::optional<StorageMeta> storageMeta;
+  std::optional<std::string> version;
+
+  /// Linear lookups; build an index for repeated use on large checkpoints.
+  const StorageMetadata *find(std::string_view fqn) const;
+  /// The storage of the chunk of `fqn` at `offsets` (nullopt: a bytes item).
+  const StorageInfo *findStorage(std::string_view fqn,
+                                 const std::optional<Dims> &offsets) const;
+  bool operator==(const Metadata &o) const {
+    return stateDictMetadata == o.stateDictMetadata &&
+           storageData == o.storageData && plannerData == o.plannerData &&
+           storageMeta == o.storageMeta && version == o.version;
+  }
+};
+
+/// Consistency a loader relies on: unique keys; every chunk has the tensor's
+/// rank, non-negative offsets and sizes and lies inside the tensor; every
+/// tensor chunk and every bytes key has exactly one storage_data entry with
+/// the same (fqn, offsets), and every storage_data entry belongs to one.
+/// Chunk overlap and coverage are the layout library's business.
+Status validateMetadata(const Metadata &metadata);
+
+/// Converts a parsed `.metadata` pickle, then validates it.
+Result<Metadata> metadataFromPickle(const pickle::Value &root);
+
+/// Parses `.metadata` bytes (restricted unpickler with the DCP allow-list).
+Result<Metadata> parseMetadata(std::string_view bytes);
+
+/// Validates, then pickles (protocol 2) what torch.distributed.checkpoint
+/// unpickles into an equal Metadata.
+Result<std::string> serializeMetadata(const Metadata &metadata);
+
+} // namespace dcp
+} // namespace fsdp
+
+#endif // FSDP_FORMAT_DCPMETADATA_H
