@@ -15,6 +15,7 @@ config.excludes = ["Inputs", "CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py"]
 
 config.substitutions.append(("%PATH%", config.environment["PATH"]))
 config.substitutions.append(("%fsdp_src_root", config.fsdp_src_root))
+config.substitutions.append(("%fsdp_obj_root", config.fsdp_obj_root))
 config.substitutions.append(("%examples", os.path.join(config.fsdp_src_root, "examples")))
 
 llvm_config.use_default_substitutions()
