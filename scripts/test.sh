@@ -7,7 +7,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${FSDP_BUILD_DIR:-$ROOT/build}"
 
 "$ROOT/scripts/setup.sh"
-ninja -C "$BUILD" -j"${FSDP_JOBS:-2}"
+ninja -C "$BUILD" -j"${FSDP_JOBS:-2}" all mlir-doc
 
 RESULTS="$BUILD/test-results.xml"
 rm -f "$RESULTS"
