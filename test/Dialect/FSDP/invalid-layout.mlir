@@ -582,3 +582,147 @@ fsdp.model @m {
     fsdp.member ["w", "w"] : tensor<4xf32>
   }
 }
+
+// -----
+
+// Chunk without size.
+fsdp.model @m {
+  fsdp.mesh @mesh ["dp" = 2]
+  fsdp.module "" fully_shard <[shard], main_params = f32> {
+    fsdp.param "w" : tensor<4xf32>
+  }
+  // expected-error@+1 {{chunk and size must be given together}}
+  fsdp.param_group @group0 unit "" : f32 policy <[shard], main_params = f32> chunk 1 {
+    fsdp.member ["w"] : tensor<4xf32> offset 0
+  }
+}
+
+// -----
+
+// Ranks without a shard size.
+fsdp.model @m {
+  fsdp.mesh @mesh ["dp" = 2]
+  fsdp.module "" fully_shard <[shard], main_params = f32> {
+    fsdp.param "w" : tensor<4xf32>
+  }
+  // expected-error@+1 {{shard_size and ranks must be given together}}
+  fsdp.param_group @group0 unit "" : f32 policy <[shard], main_params = f32> chunk 1 size 4 ranks [0, 2] {
+    fsdp.member ["w"] : tensor<4xf32> offset 0 pieces [0: [0, 2) at 0, 1: [2, 4) at 0]
+  }
+}
+
+// -----
+
+// Over-padding tiles the tensors but is not Megatron-FSDP's size.
+fsdp.model @m {
+  fsdp.mesh @mesh ["dp" = 2]
+  fsdp.module "" fully_shard <[shard], main_params = f32> {
+    fsdp.param "w" : tensor<4xf32>
+  }
+  // expected-error@+1 {{layout differs from Megatron-FSDP's packing: chunk 1 size 8, expected chunk 1 size 4}}
+  fsdp.param_group @group0 unit "" : f32 policy <[shard], main_params = f32> chunk 1 size 8 {
+    fsdp.member ["w"] : tensor<4xf32> offset 0
+  }
+}
+
+// -----
+
+// A group policy that does not fit the mesh.
+fsdp.model @m {
+  fsdp.mesh @mesh ["dp" = 2]
+  fsdp.module "" fully_shard <[shard], main_params = f32> {
+    fsdp.param "w" : tensor<4xf32>
+  }
+  // expected-error@+1 {{policy does not fit mesh @mesh: mesh has 1 axes but 2 placements}}
+  fsdp.param_group @group0 unit "" : f32 policy <[shard, shard], main_params = f32> {
+    fsdp.member ["w"] : tensor<4xf32>
+  }
+}
+
+// -----
+
+// An empty piece, and one past the tensor's rows.
+fsdp.model @m {
+  fsdp.mesh @mesh ["dp" = 2]
+  fsdp.module "" fully_shard <[shard], main_params = f32> {
+    fsdp.param "w" : tensor<4xf32>
+  }
+  fsdp.param_group @group0 unit "" : f32 policy <[shard], main_params = f32> chunk 1 size 4 shard_size 2 ranks [0, 2] {
+    // expected-error@+1 {{member 'w' piece 1: [2, 2) at 0 is not a non-empty row range inside [0, 4)}}
+    fsdp.member ["w"] : tensor<4xf32> offset 0 pieces [0: [0, 2) at 0, 1: [2, 2) at 0]
+  }
+}
+
+// -----
+
+fsdp.model @m {
+  fsdp.mesh @mesh ["dp" = 2]
+  fsdp.module "" fully_shard <[shard], main_params = f32> {
+    fsdp.param "w" : tensor<4xf32>
+  }
+  fsdp.param_group @group0 unit "" : f32 policy <[shard], main_params = f32> chunk 1 size 4 shard_size 2 ranks [0, 2] {
+    // expected-error@+1 {{member 'w' piece 1: [2, 6) at 0 is not a non-empty row range inside [0, 4)}}
+    fsdp.member ["w"] : tensor<4xf32> offset 0 pieces [0: [0, 2) at 0, 1: [2, 6) at 0]
+  }
+}
+
+// -----
+
+// A buffer of an unsupported dtype.
+fsdp.model @m {
+  fsdp.mesh @mesh ["dp" = 2]
+  fsdp.module "" fully_shard <[shard], main_params = f32> {
+    fsdp.param "w" : tensor<4xf32>
+  }
+  // expected-error@+1 {{buffer main_grad has unsupported dtype 'f8E5M2'}}
+  fsdp.param_group @group0 unit "" : f32 policy <[shard], main_params = f32> chunk 1 size 4 shard_size 2 ranks [0, 2] buffers [#fsdp.buffer<main_weight : f32>, #fsdp.buffer<main_grad : f8E5M2>] {
+    fsdp.member ["w"] : tensor<4xf32> offset 0 pieces [0: [0, 2) at 0, 1: [2, 4) at 0]
+  }
+}
+
+// -----
+
+// Members: no FQN, a negative offset, a shape that cannot be packed.
+fsdp.model @m {
+  fsdp.mesh @mesh ["dp" = 2]
+  fsdp.module "" {
+  }
+  fsdp.param_group @group0 unit "" : f32 policy <[shard], main_params = f32> {
+    // expected-error@+1 {{needs at least one FQN}}
+    fsdp.member [] : tensor<4xf32>
+  }
+}
+
+// -----
+
+fsdp.model @m {
+  fsdp.mesh @mesh ["dp" = 2]
+  fsdp.module "" {
+  }
+  fsdp.param_group @group0 unit "" : f32 policy <[shard], main_params = f32> {
+    // expected-error@+1 {{member 'w' has negative offset -4}}
+    fsdp.member ["w"] : tensor<4xf32> offset -4
+  }
+}
+
+// -----
+
+fsdp.model @m {
+  fsdp.mesh @mesh ["dp" = 2]
+  fsdp.module "" {
+  }
+  fsdp.param_group @group0 unit "" : f32 policy <[shard], main_params = f32> {
+    // expected-error@+1 {{member 'w' needs a static shape of positive dimensions, got 'tensor<?x4xf32>'}}
+    fsdp.member ["w"] : tensor<?x4xf32>
+  }
+}
+
+// -----
+
+// The generic form can give a mesh mismatched names and sizes.
+fsdp.model @m {
+  // expected-error@+1 {{mesh has 2 axis names but 1 sizes}}
+  "fsdp.mesh"() <{sym_name = "mesh", axis_names = ["a", "b"], shape = array<i64: 2>}> : () -> ()
+  fsdp.module "" {
+  }
+}
