@@ -359,7 +359,7 @@ private:
     return "none";
   }
   std::string tooltip(const Group &group, const Segment &segment) const;
-  std::string piecesText(const Group &group, const Segment &segment) const;
+  std::string piecesText(const Segment &segment) const;
   void text(double tx, double ty, StringRef cls, StringRef content,
             StringRef anchor = "start", StringRef extra = "");
   void expandWidth(double right) { width = std::max(width, right + kMarginX); }
@@ -375,6 +375,8 @@ private:
 
 void SVGWriter::text(double tx, double ty, StringRef cls, StringRef content,
                      StringRef anchor, StringRef extra) {
+  if (content.empty())
+    return;
   body << "<text x=\"" << num(tx) << "\" y=\"" << num(ty) << "\" class=\""
        << cls << "\"";
   if (anchor != "start")
@@ -384,8 +386,7 @@ void SVGWriter::text(double tx, double ty, StringRef cls, StringRef content,
   body << ">" << escapeXML(content) << "</text>\n";
 }
 
-std::string SVGWriter::piecesText(const Group &group,
-                                  const Segment &segment) const {
+std::string SVGWriter::piecesText(const Segment &segment) const {
   // The first and last pieces of a tensor spread over many shards (the
   // tooltip lists them all).
   constexpr size_t kHead = 3;
@@ -429,8 +430,7 @@ std::string SVGWriter::tooltip(const Group &group,
     os << "#" << segment.number << " " << joinedFQNs(member, " = ");
     if (member.getFqns().size() > 1)
       os << " (tied)";
-    os << " : tensor<" << shapeText(member) << "x"
-       << getDTypeName(member.getTensorType().getElementType()) << ">\n";
+    os << " : " << member.getTensorType() << "\n";
     range();
     os << "\n";
     for (MemberOp::Piece piece : member.getPieceList()) {
@@ -537,20 +537,6 @@ void SVGWriter::writeGroup(const Group &group) {
          << (group.shardRanks[shard].size() == 1 ? "rank " : "ranks ");
     llvm::interleave(group.shardRanks[shard], body, ", ");
     body << "</title></rect>\n";
-    if (shard % step != 0)
-      continue;
-    double available =
-        shardPx * std::min(step, group.numShards - shard) - 4;
-    for (const std::string &label :
-         rankLabels(shard, group.shardRanks[shard], shardIsRank)) {
-      if (monoWidth(label.size(), kSmallFont) > available)
-        continue;
-      if (step == 1)
-        text((left + right) / 2, bandTop + 13, "rank", label, "middle");
-      else
-        text(left + 2, bandTop + 13, "rank", label);
-      break;
-    }
   }
 
   // The bar: holes and padding first, then members, widest first so narrow
@@ -595,12 +581,41 @@ void SVGWriter::writeGroup(const Group &group) {
   }
 
   // Shard boundaries, under the labels (whose halo keeps them readable).
+  // Between labelled shards (every step-th) the boundaries are thin and only
+  // tick the bar's edges, so a dense mesh does not hide the spans.
   for (int64_t shard = 0; shard <= group.numShards; ++shard) {
     double bx = x(group, shard * group.shardSize);
-    body << "<line x1=\"" << num(bx) << "\" y1=\"" << num(bandTop)
-         << "\" x2=\"" << num(bx) << "\" y2=\"" << num(barBottom + 6)
-         << "\" class=\"" << (shard % step == 0 ? "shard" : "shard thin")
-         << "\"/>\n";
+    auto line = [&](double y1, double y2, StringRef cls) {
+      body << "<line x1=\"" << num(bx) << "\" y1=\"" << num(y1)
+           << "\" x2=\"" << num(bx) << "\" y2=\"" << num(y2)
+           << "\" class=\"" << cls << "\"/>\n";
+    };
+    if (shard % step == 0 || shard == group.numShards) {
+      line(bandTop, barBottom + 6, "shard");
+    } else {
+      line(bandTop, barTop + 5, "shard thin");
+      line(barBottom - 5, barBottom + 3, "shard thin");
+    }
+  }
+
+  // Band labels: the ranks holding every step-th shard.
+  for (int64_t shard = 0; shard < group.numShards; shard += step) {
+    double left = x(group, shard * group.shardSize);
+    double right = x(group, (shard + 1) * group.shardSize);
+    double available =
+        shardPx * std::min(step, group.numShards - shard) - 4;
+    std::string halo = std::string("stroke=\"") +
+                       ((shard / step) % 2 ? "#dde3ea" : "#eef1f5") + "\"";
+    for (const std::string &label :
+         rankLabels(shard, group.shardRanks[shard], shardIsRank)) {
+      if (monoWidth(label.size(), kSmallFont) > available)
+        continue;
+      if (step == 1)
+        text((left + right) / 2, bandTop + 13, "rank", label, "middle", halo);
+      else
+        text(left + 2, bandTop + 13, "rank", label, "start", halo);
+      break;
+    }
   }
 
   // In-bar labels: the longest name that fits at the bar font, else at the
@@ -794,7 +809,7 @@ void SVGWriter::writeGroup(const Group &group) {
       if (segment.member.getFqns().size() > 1)
         cell.name += " (tied)";
       cell.shape = shapeText(segment.member);
-      cell.pieces = piecesText(group, segment);
+      cell.pieces = piecesText(segment);
     } else {
       cell.name = segment.kind == Segment::Hole ? "(hole)" : "(tail padding)";
     }
@@ -859,19 +874,20 @@ void SVGWriter::write(llvm::raw_ostream &os, size_t numGroups,
         "font-size:13px;font-weight:bold}\n"
      << ".sub,.note{font-family:'DejaVu Sans',Arial,Helvetica,sans-serif;"
         "font-size:11px;fill:#555}\n"
-     << ".rank{font-size:" << kSmallFont << "px;fill:#333}\n"
+     << ".rank{font-size:" << num(kSmallFont) << "px;fill:#333;paint-order:stroke;"
+        "stroke-width:3px}\n"
      << ".inbar,.detail{paint-order:stroke;stroke-width:3px;"
         "stroke-linejoin:round}\n"
-     << ".inbar{font-size:" << kBarFont << "px}\n"
-     << ".detail,.small{font-size:" << kSmallFont << "px}\n"
+     << ".inbar{font-size:" << num(kBarFont) << "px}\n"
+     << ".detail,.small{font-size:" << num(kSmallFont) << "px}\n"
      << ".detail{fill:#333}\n"
      << ".light{fill:#fff}\n"
-     << ".offset{font-size:" << kSmallFont << "px;fill:#1a1a1a;"
+     << ".offset{font-size:" << num(kSmallFont) << "px;fill:#1a1a1a;"
         "paint-order:stroke;stroke:#fff;stroke-width:4px}\n"
      << ".minor{fill:#888}\n"
-     << ".callout{font-size:" << kSmallFont << "px;fill:#333}\n"
-     << ".th{font-size:" << kTableFont << "px;font-weight:bold;fill:#555}\n"
-     << ".td{font-size:" << kTableFont << "px}\n"
+     << ".callout{font-size:" << num(kSmallFont) << "px;fill:#333}\n"
+     << ".th{font-size:" << num(kTableFont) << "px;font-weight:bold;fill:#555}\n"
+     << ".td{font-size:" << num(kTableFont) << "px}\n"
      << ".band0{fill:#eef1f5}.band1{fill:#dde3ea}\n"
      << ".bar{fill:#fff;stroke:#333;stroke-width:1}\n"
      << ".member{stroke:#333;stroke-width:0.5}\n"
@@ -954,6 +970,16 @@ void SVGWriter::write(llvm::raw_ostream &os, size_t numGroups,
 
 LogicalResult fsdp::translateToLayoutSVG(Operation *op, llvm::raw_ostream &os,
                                          const LayoutSVGOptions &options) {
+  // One clear line per error (DESIGN.md §4.1), not a dump of the model.
+  struct NoOpOnDiagnostic {
+    MLIRContext *context;
+    bool saved;
+    explicit NoOpOnDiagnostic(MLIRContext *context)
+        : context(context), saved(context->shouldPrintOpOnDiagnostic()) {
+      context->printOpOnDiagnostic(false);
+    }
+    ~NoOpOnDiagnostic() { context->printOpOnDiagnostic(saved); }
+  } noOpOnDiagnostic(op->getContext());
   ModelOp model = findModel(op);
   if (!model)
     return failure();

@@ -13,8 +13,9 @@ ModelOp fsdp::findModel(Operation *op) {
   if (auto module = dyn_cast<ModuleOp>(op))
     models = llvm::to_vector(module.getBody()->getOps<ModelOp>());
   if (models.size() != 1) {
-    op->emitError() << "expected exactly one 'fsdp.model', found "
-                    << models.size();
+    // Location-only diagnostics: a dump of the whole model helps nobody.
+    mlir::emitError(op->getLoc())
+        << "expected exactly one 'fsdp.model', found " << models.size();
     return {};
   }
   return models.front();
@@ -34,7 +35,7 @@ FailureOr<SmallVector<ParamGroupOp>> fsdp::getLoweredGroups(ModelOp model,
   for (ParamGroupOp group : groups)
     lowered &= group.getChunk() && group.getRanks() && group.getBuffers();
   if (!lowered)
-    return model.emitError()
+    return mlir::emitError(model.getLoc())
            << tool << " needs a lowered model; run fsdp-opt "
                       "--fsdp-lower-fully-shard first";
   return groups;
