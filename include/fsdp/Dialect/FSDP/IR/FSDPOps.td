@@ -89,6 +89,17 @@ def FSDP_OptimizerOp : FSDP_Op<"optimizer", [HasParent<"ModelOp">]> {
     `weight_decay` `=` $weight_decay `,` `state` `=` $state attr-dict
   }];
   let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// Per-parameter state tensors sharded like the main weights, of dtype
+    /// `state` (Adam and AdamW keep the same two moments).
+    static ::llvm::ArrayRef<::llvm::StringLiteral> getShardedStateNames() {
+      static constexpr ::llvm::StringLiteral names[] = {"exp_avg", "exp_avg_sq"};
+      return names;
+    }
+    /// The scalar step count PyTorch keeps per parameter: a 0-d f32 tensor,
+    /// replicated on every rank.
+    static ::llvm::StringLiteral getStepStateName() { return "step"; }
+  }];
 }
 
 def FSDP_NNModuleOp : FSDP_Op<"module", [
