@@ -22,6 +22,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOWER_BAR_S = 2.0
 RSS_BAR_MB = 1024.0
+ONE_PLAN_BAR_S = 1.0
+ALL_PLANS_BAR_S = 30.0
 
 
 def run(argv):
@@ -49,6 +51,11 @@ def main():
     parser.add_argument("--ranks", default="8,1024,16384")
     parser.add_argument("--repeat", type=int, default=3,
                         help="runs per figure; the best is reported")
+    parser.add_argument("--all-plans", action="store_true",
+                        help="also time every rank's plan (one file per rank)")
+    parser.add_argument("--all-plans-max", type=int, default=16384,
+                        help="largest world for --all-plans (the 16,384-rank plans "
+                             "take about 3 GiB of disk)")
     args = parser.parse_args()
     translate = os.path.join(args.build, "bin", "fsdp-translate")
     opt = os.path.join(args.build, "bin", "fsdp-opt")
@@ -73,6 +80,24 @@ def main():
             line = (f"{ranks:>6} ranks: import {t_import:.3f} s + lower {t_lower:.3f} s "
                     f"= {seconds:.3f} s, peak RSS {rss:.0f} MiB, lowered IR "
                     f"{os.path.getsize(lowered) / 2**20:.1f} MiB")
+            # One rank's plan: the translation's time past parsing the IR.
+            t_parse = min(run([opt, lowered, "-o", os.devnull])[0] for _ in range(args.repeat))
+            middle = ranks // 2 + 1  # not the committing rank
+            plan = os.path.join(tmp, f"405b-{ranks}.rank.fsdpplan")
+            t_plan = min(run([translate, "--emit-checkpoint-plan", lowered,
+                              f"--plan-ranks={middle}", "-o", plan])[0]
+                         for _ in range(args.repeat))
+            emit("plan", max(t_plan - t_parse, 1e-6), "s", ONE_PLAN_BAR_S, ranks)
+            line += (f", one rank's plan {max(t_plan - t_parse, 0):.3f} s past parsing "
+                     f"({os.path.getsize(plan) / 2**10:.0f} KiB)")
+            if args.all_plans and ranks <= args.all_plans_max:
+                split = os.path.join(tmp, f"405b-{ranks}.plans")
+                t_all, _ = run([translate, "--emit-checkpoint-plan", lowered,
+                                f"--plan-split-dir={split}"])
+                size = sum(os.path.getsize(os.path.join(split, f)) for f in os.listdir(split))
+                emit("plan_all", t_all, "s", ALL_PLANS_BAR_S, ranks)
+                line += f", all plans {t_all:.2f} s ({size / 2**30:.2f} GiB)"
+                subprocess.run(["rm", "-rf", split], check=True)
             if ranks <= 1024:
                 layout = os.path.join(tmp, f"405b-{ranks}.layout.json")
                 t_json = min(run([translate, "--emit-layout-json", lowered, "-o", layout])[0]
@@ -81,7 +106,8 @@ def main():
                 line += (f", layout JSON {t_json:.3f} s, "
                          f"{os.path.getsize(layout) / 2**20:.1f} MiB")
             summary.append(line)
-    print("\nsummary (bars at 16,384 ranks: < 2 s, < 1 GiB):")
+    print("\nsummary (bars at 16,384 ranks: lowering < 2 s and < 1 GiB; one rank's "
+          "plan < 1 s more; all plans < 30 s):")
     for line in summary:
         print("  " + line)
 

@@ -185,6 +185,9 @@ private:
   std::vector<Value *> stack_;
   std::vector<size_t> marks_;
   std::unordered_map<uint32_t, Value *> memo_;
+  // Immutable values CPython shares too; one node each.
+  Value *none_ = nullptr, *true_ = nullptr, *false_ = nullptr, *emptyTuple_ = nullptr;
+  Value *smallInts_[256] = {};
 };
 
 Result<Document> Reader::run() {
@@ -403,20 +406,29 @@ Result<Document> Reader::run() {
       status = pushString(Kind::Bytes, "BINBYTES8", 8);
       break;
     case NONE:
-      stack_.push_back(doc_.make(Kind::None));
+      if (!none_)
+        none_ = doc_.make(Kind::None);
+      stack_.push_back(none_);
       break;
     case NEWTRUE:
     case NEWFALSE: {
-      Value *v = doc_.make(Kind::Bool);
-      v->boolean = code == NEWTRUE;
-      stack_.push_back(v);
+      Value *&shared = code == NEWTRUE ? true_ : false_;
+      if (!shared) {
+        shared = doc_.make(Kind::Bool);
+        shared->boolean = code == NEWTRUE;
+      }
+      stack_.push_back(shared);
       break;
     }
-    case BININT1:
+    case BININT1: {
       if (!take(1, p))
         return truncated("BININT1");
-      stack_.push_back(doc_.makeInt(static_cast<uint8_t>(*p)));
+      Value *&shared = smallInts_[static_cast<uint8_t>(*p)];
+      if (!shared)
+        shared = doc_.makeInt(static_cast<uint8_t>(*p));
+      stack_.push_back(shared);
       break;
+    }
     case BININT2:
       if (!take(2, p))
         return truncated("BININT2");
@@ -453,7 +465,9 @@ Result<Document> Reader::run() {
       break;
     }
     case EMPTY_TUPLE:
-      makeTupleFrom({});
+      if (!emptyTuple_)
+        emptyTuple_ = doc_.makeTuple({});
+      stack_.push_back(emptyTuple_);
       break;
     case TUPLE1:
     case TUPLE2:
@@ -745,12 +759,16 @@ Status appendRepr(const Value &v, unsigned depth, std::string &out) {
     out += '}';
     break;
   case Kind::Object:
+    if (!v.callable || !v.args)
+      return makeError("pickle: object without a callable and arguments");
     out += v.callable->text + "." + v.callable->name + "(";
     if (Status s = each(v.args->items); !s)
       return s;
     out += ')';
     break;
   case Kind::PersistentId:
+    if (!v.args)
+      return makeError("pickle: persistent id without a value");
     out += "persistent_id(";
     if (Status s = appendRepr(*v.args, depth - 1, out); !s)
       return s;
@@ -793,9 +811,16 @@ const char *kindName(Kind kind) {
 }
 
 Value *Document::make(Kind kind) {
-  nodes_->emplace_back();
-  nodes_->back().kind = kind;
-  return &nodes_->back();
+  Arena &a = *arena_;
+  if (a.used == a.blockSize) {
+    a.blockSize = a.blockSize == 0 ? 16 : std::min<size_t>(a.blockSize * 2, 4096);
+    a.blocks.push_back(std::make_unique<Value[]>(a.blockSize));
+    a.used = 0;
+  }
+  Value *v = &a.blocks.back()[a.used++];
+  ++a.count;
+  v->kind = kind;
+  return v;
 }
 
 Value *Document::makeInt(int64_t value) {
@@ -970,19 +995,38 @@ void Writer::real(double value) {
     op(static_cast<uint8_t>(bits >> (8 * i)));
 }
 
-void Writer::string(std::string_view text) {
+void Writer::writeString(std::string_view text) {
   if (!isValidUtf8(text) && error_.empty())
     error_ = "pickle writer: string is not valid UTF-8";
+  if (text.size() > UINT32_MAX && error_.empty())
+    error_ = "pickle writer: string longer than 4 GiB";
   op(BINUNICODE);
   auto n = static_cast<uint32_t>(text.size());
   for (int i = 0; i < 4; ++i)
     op(static_cast<uint8_t>(n >> (8 * i)));
   out_.append(text);
+}
+
+void Writer::string(std::string_view text) {
+  writeString(text);
   if (options_.memoizeAll)
     memoize();
 }
 
+void Writer::sharedString(std::string_view text) {
+  auto it = stringMemo_.find(std::string(text));
+  if (it != stringMemo_.end()) {
+    binGet(it->second);
+    return;
+  }
+  writeString(text);
+  stringMemo_.emplace(std::string(text), memoCount_);
+  memoize();
+}
+
 void Writer::bytes(std::string_view data) {
+  if (data.size() > UINT32_MAX && error_.empty())
+    error_ = "pickle writer: bytes longer than 4 GiB";
   if (data.size() < 256) {
     op(SHORT_BINBYTES);
     op(static_cast<uint8_t>(data.size()));
@@ -1031,6 +1075,21 @@ void Writer::tupleFromMark() {
   op(TUPLE);
   if (options_.memoizeAll)
     memoize();
+}
+
+void Writer::intTuple(const std::vector<int64_t> &values) {
+  if (values.empty()) {
+    emptyTuple();
+    return;
+  }
+  if (values.size() > 3)
+    mark();
+  for (int64_t v : values)
+    integer(v);
+  if (values.size() > 3)
+    tupleFromMark();
+  else
+    tupleOf(static_cast<unsigned>(values.size()));
 }
 
 void Writer::emptyList() {

@@ -3,6 +3,7 @@
 #include "fsdp/Dialect/FSDP/IR/FSDPDialect.h"
 #include "fsdp/Dialect/FSDP/Transforms/Passes.h"
 #include "fsdp/Import/ModelJSON.h"
+#include "fsdp/Target/CheckpointPlan.h"
 #include "fsdp/Target/LayoutJSON.h"
 #include "fsdp/Target/LayoutSVG.h"
 
@@ -21,6 +22,7 @@ void fsdp::registerFSDPToolPasses() {
 
 void fsdp::registerFSDPToolTranslations() {
   registerImportModelJSONTranslation();
+  registerToCheckpointPlanTranslation();
   registerToLayoutJSONTranslation();
   registerToLayoutSVGTranslation();
 }

@@ -9,7 +9,9 @@
 // (DcpMetadata.h, Zip.h).
 //
 // Bounds: the reader never recurses; every node is created by one opcode, so
-// nodes, memo entries and string bytes are all bounded by the input size.
+// nodes, memo entries and string bytes are all bounded by the input size
+// (None, booleans, the empty tuple and ints 0..255 are shared nodes, as in
+// CPython).
 // Walking a tree recursively (toPythonRepr, the writer's writeValue) is
 // depth-limited, since memo references can build cycles and deep chains.
 //
@@ -22,7 +24,6 @@
 #include "fsdp/Support/Result.h"
 
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -92,7 +93,7 @@ const char *kindName(Kind kind);
 /// Owns the nodes of one value tree.
 class Document {
 public:
-  Document() : nodes_(std::make_unique<std::deque<Value>>()) {}
+  Document() : arena_(std::make_unique<Arena>()) {}
 
   /// A new node of `kind`, owned by this document.
   Value *make(Kind kind);
@@ -103,11 +104,17 @@ public:
 
   const Value *root() const { return root_; }
   void setRoot(Value *root) { root_ = root; }
-  size_t nodeCount() const { return nodes_->size(); }
+  size_t nodeCount() const { return arena_->count; }
 
 private:
-  // Behind a pointer so moving a Document keeps node addresses.
-  std::unique_ptr<std::deque<Value>> nodes_;
+  // Blocks of nodes growing from 16 to 4096, so a small pickle stays small
+  // and a large one costs one allocation per 4096 nodes. Behind a pointer
+  // so moving a Document keeps node addresses.
+  struct Arena {
+    std::vector<std::unique_ptr<Value[]>> blocks;
+    size_t blockSize = 0, used = 0, count = 0;
+  };
+  std::unique_ptr<Arena> arena_;
   Value *root_ = nullptr;
 };
 
@@ -160,7 +167,7 @@ Result<std::string> toPythonRepr(const Value &value, unsigned maxDepth = 64);
 /// `memoizeAll`, every string, global, non-empty tuple, list, dict and
 /// reduced object is also memoized (BINPUT) right where CPython's pickler
 /// does it, which makes `torch.save`'s data.pkl byte for byte reproducible;
-/// without it nothing else is memoized (less work for the reader).
+/// without it only sharedString() strings are (less work for the reader).
 class Writer {
 public:
   struct Options {
@@ -178,6 +185,9 @@ public:
   void real(double value);
   /// BINUNICODE; the text must be valid UTF-8 (checked; reported by finish).
   void string(std::string_view text);
+  /// A string written once and repeated as BINGET, as CPython shares
+  /// interned names: for field names, keys and paths that recur.
+  void sharedString(std::string_view text);
   /// SHORT_BINBYTES / BINBYTES (protocol-3 opcodes; every Python 3 reads them).
   void bytes(std::string_view data);
   void global(std::string_view module, std::string_view name);
@@ -188,6 +198,9 @@ public:
   void tupleOf(unsigned count);
   /// Pops everything since the last mark() into a tuple (TUPLE).
   void tupleFromMark();
+  /// A tuple of ints as CPython writes one (EMPTY_TUPLE, TUPLE1-3, or
+  /// MARK ... TUPLE).
+  void intTuple(const std::vector<int64_t> &values);
   void emptyList();
   /// Appends everything since the last mark() to the list below the mark.
   void appends();
@@ -216,6 +229,7 @@ public:
 
 private:
   void op(uint8_t code) { out_.push_back(static_cast<char>(code)); }
+  void writeString(std::string_view text);
   void memoize();
   void binGet(uint32_t index);
 
@@ -224,6 +238,7 @@ private:
   std::string error_;
   uint32_t memoCount_ = 0;
   std::unordered_map<std::string, uint32_t> globalMemo_;
+  std::unordered_map<std::string, uint32_t> stringMemo_;
 };
 
 } // namespace pickle

@@ -1,0 +1,142 @@
+//===- CheckpointPlan.h - Static per-rank checkpoint plans -----*- C++ -*-===//
+//
+// A checkpoint plan says, for every rank, which items it writes on save
+// (checkpoint key, chunk box, where the bytes come from in its buffers,
+// where they go in which file) and which it reads on a load into the same
+// layout; and, once, for the committing rank, the complete DCP `.metadata`.
+// Everything a save needs is decided here, ahead of time: no planning
+// collective at save time.
+//
+// Keys follow Megatron-FSDP's experimental save_checkpoint through PyTorch
+// DCP (DESIGN.md §4.4): `model.<fqn>` (main weights; one key per FQN of a
+// tied parameter), `optimizer.state.<fqn>.{exp_avg,exp_avg_sq,step}` and one
+// bytes item per hyper-parameter `optimizer.param_groups.0.<name>`.
+//
+// Costs: planning one rank is O(that rank's items) (plus its replicas' for
+// HSDP reads); the global metadata is O(all items) and built once.
+//
+//===----------------------------------------------------------------------===//
+#ifndef FSDP_PLAN_CHECKPOINTPLAN_H
+#define FSDP_PLAN_CHECKPOINTPLAN_H
+
+#include "fsdp/Plan/ModelLayout.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace fsdp {
+namespace plan {
+
+/// Plans are versioned; a reader refuses versions it does not know.
+constexpr uint32_t kPlanFormatVersion = 1;
+/// Item starts are aligned so the runtime writes large aligned blocks.
+constexpr uint64_t kItemAlignment = 4096;
+
+enum class ItemSource : uint8_t {
+  Buffer, // elements of one of the rank's group buffers
+  Step,   // the optimizer step count, a 0-d f32 tensor
+  Bytes,  // a fixed payload (a pickled hyper-parameter)
+};
+
+/// Where an item's elements live in a rank's buffers.
+struct BufferRef {
+  int32_t group = -1;
+  BufferRole role = BufferRole::MainWeight;
+  int64_t localOffset = 0; // element offset in the rank's local shard
+  int64_t elements = 0;
+};
+
+struct WriteItem {
+  std::string key;
+  ItemSource source = ItemSource::Buffer;
+  dcp::DType dtype = dcp::DType::Float32;
+  dcp::Dims globalShape;
+  dcp::Dims chunkOffsets;
+  dcp::Dims chunkSizes;
+  BufferRef buffer;     // Buffer items
+  std::string payload;  // Bytes items: the complete torch.save archive
+  uint32_t file = 0;    // index into RankPlan::files
+  uint64_t itemOffset = 0;
+  uint64_t itemLength = 0;
+  uint64_t dataOffset = 0; // absolute offset of the raw bytes in the file
+  uint64_t dataLength = 0;
+};
+
+/// A read for a load into the same layout: raw bytes at dataOffset of file.
+struct ReadItem {
+  std::string key;
+  ItemSource source = ItemSource::Buffer;
+  dcp::DType dtype = dcp::DType::Float32;
+  dcp::Dims chunkOffsets;
+  dcp::Dims chunkSizes;
+  BufferRef buffer;
+  std::string file;
+  uint64_t itemOffset = 0;
+  uint64_t itemLength = 0;
+  uint64_t dataOffset = 0;
+  uint64_t dataLength = 0;
+};
+
+struct LocalBuffer {
+  int32_t group = 0;
+  BufferRole role = BufferRole::MainWeight;
+  dcp::DType dtype = dcp::DType::Float32;
+  int64_t elements = 0;    // the group's shard size
+  int64_t rangeBegin = 0;  // where the shard starts in the group's buffer
+  bool aliasesMainWeight = false;
+};
+
+struct FileSpec {
+  std::string name;
+  uint64_t size = 0;
+};
+
+struct RankPlan {
+  int64_t rank = 0;
+  std::vector<int64_t> coords;
+  std::vector<LocalBuffer> buffers;
+  std::vector<FileSpec> files;
+  std::vector<WriteItem> writes;
+  std::vector<ReadItem> reads;
+};
+
+/// The data file a rank writes (DCP's FileSystemWriter naming).
+std::string dataFileName(int64_t rank);
+
+/// Plans ranks of one model. Construction is O(world size + parameters);
+/// each planRank is then O(that rank's items) (plus its replicas' for HSDP).
+/// The model must outlive the planner.
+class CheckpointPlanner {
+public:
+  static Result<CheckpointPlanner> create(const ModelLayout &model);
+  CheckpointPlanner(CheckpointPlanner &&) noexcept;
+  CheckpointPlanner &operator=(CheckpointPlanner &&) noexcept;
+  ~CheckpointPlanner();
+
+  Result<RankPlan> planRank(int64_t rank);
+  Result<dcp::Metadata> globalMetadata();
+
+  class Impl;
+
+private:
+  explicit CheckpointPlanner(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Plans one rank. Errors name the key at fault.
+Result<RankPlan> planRank(const ModelLayout &model, int64_t rank);
+
+/// The complete DCP metadata of a save: every key, every chunk, where each
+/// item lies. O(all items).
+Result<dcp::Metadata> planGlobalMetadata(const ModelLayout &model);
+
+/// A stable identity of the model layout a plan was built from (xxh3-64 of
+/// its canonical form): checkpoints record it, loads compare it.
+uint64_t planIdentity(const ModelLayout &model);
+
+} // namespace plan
+} // namespace fsdp
+
+#endif // FSDP_PLAN_CHECKPOINTPLAN_H

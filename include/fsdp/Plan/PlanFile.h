@@ -1,0 +1,93 @@
+//===- PlanFile.h - The checkpoint plan file --------------------*- C++ -*-===//
+//
+// Plans are FlatBuffers (lib/Plan/PlanSchema.fbs): versioned, and laid out so
+// a rank maps the file, verifies only its own nested part and reads it in
+// O(its items). The global part (the DCP `.metadata` bytes, the groups and
+// the optimizer's parameter list) is present once, for the committing rank.
+//
+//===----------------------------------------------------------------------===//
+#ifndef FSDP_PLAN_PLANFILE_H
+#define FSDP_PLAN_PLANFILE_H
+
+#include "fsdp/Plan/CheckpointPlan.h"
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace fsdp {
+namespace plan {
+
+struct PlanFileOptions {
+  /// Ranks whose parts to emit; empty means every rank.
+  std::vector<int64_t> ranks;
+  /// The global part: by default only when the committing rank is emitted.
+  enum class Global { IfCommitRank, Always, Never } global = Global::IfCommitRank;
+};
+
+/// Plans the requested ranks of `model` and serializes them.
+Result<std::string> buildPlanFile(const ModelLayout &model,
+                                  const PlanFileOptions &options = {});
+
+/// One plan file per requested rank (all when empty) in `dir`, named
+/// planFileName(rank); the committing rank's carries the global part. For
+/// large worlds, where a single file of every rank would be unwieldy.
+/// Returns the number of bytes written.
+Result<uint64_t> writeSplitPlanFiles(const ModelLayout &model, const std::string &dir,
+                                     std::vector<int64_t> ranks = {});
+std::string planFileName(int64_t rank);
+
+struct PlanGroupInfo {
+  std::string unit;
+  dcp::DType dtype = dcp::DType::Float32;
+  bool requiresGrad = true;
+  int64_t chunk = 0, size = 0, shardSize = 0;
+};
+
+/// A plan file held in memory (read from disk or given bytes). Verifies the
+/// outer table on open; each rank part and the global part when accessed.
+class PlanFile {
+public:
+  static Result<PlanFile> open(const std::string &path);
+  static Result<PlanFile> fromBytes(std::string bytes, std::string name = "<memory>");
+
+  const std::string &name() const { return name_; }
+  uint32_t version() const;
+  uint64_t planId() const;
+  int64_t worldSize() const;
+  int64_t commitRank() const;
+  std::vector<std::string> meshAxisNames() const;
+  std::vector<int64_t> meshSizes() const;
+  /// Ranks this file holds parts for, ascending.
+  std::vector<int64_t> ranks() const;
+  bool hasGlobal() const;
+
+  Result<RankPlan> rank(int64_t rank) const;
+  /// The pickled DCP `.metadata` the committing rank writes.
+  Result<std::string> metadataBytes() const;
+  Result<std::vector<PlanGroupInfo>> groups() const;
+  Result<std::vector<std::string>> optimizerParams() const;
+
+  /// A JSON dump for people (every rank held, or one).
+  Result<std::string> toJSON(std::optional<int64_t> onlyRank = std::nullopt) const;
+
+  /// The file's bytes (mapped, or owned when built from memory).
+  struct Bytes {
+    virtual ~Bytes() = default;
+    const uint8_t *data = nullptr;
+    size_t size = 0;
+  };
+
+private:
+  PlanFile(std::shared_ptr<const Bytes> bytes, std::string name)
+      : bytes_(std::move(bytes)), name_(std::move(name)) {}
+  static Result<PlanFile> verified(std::shared_ptr<const Bytes> bytes, std::string name);
+  std::shared_ptr<const Bytes> bytes_;
+  std::string name_;
+};
+
+} // namespace plan
+} // namespace fsdp
+
+#endif // FSDP_PLAN_PLANFILE_H

@@ -1,0 +1,28 @@
+//===- Inspect.h - Describe any DCP checkpoint directory -------*- C++ -*-===//
+#ifndef FSDP_RUNTIME_INSPECT_H
+#define FSDP_RUNTIME_INSPECT_H
+
+#include "fsdp/Support/Result.h"
+
+#include <ostream>
+#include <string>
+
+namespace fsdp {
+namespace runtime {
+
+struct InspectOptions {
+  bool json = false;
+  /// Decode bytes items (hyper-parameters) and print their values.
+  bool values = true;
+};
+
+/// Lists the keys, shapes, dtypes, chunks and files of the DCP checkpoint
+/// in `dir` (ours or PyTorch's), as text or JSON. Reads `.metadata` and, for
+/// bytes items, only their bytes; never executes pickled code.
+Status inspectCheckpoint(const std::string &dir, const InspectOptions &options,
+                         std::ostream &out);
+
+} // namespace runtime
+} // namespace fsdp
+
+#endif // FSDP_RUNTIME_INSPECT_H

@@ -1,0 +1,912 @@
+//===- DcpMetadata.cpp - PyTorch DCP `.metadata` as typed structs ---------===//
+
+#include "fsdp/Format/DcpMetadata.h"
+
+#include <algorithm>
+#include <limits>
+#include <unordered_map>
+
+namespace fsdp {
+namespace dcp {
+
+using pickle::Kind;
+using pickle::Value;
+
+namespace {
+
+constexpr const char *kMetadataModule = "torch.distributed.checkpoint.metadata";
+constexpr const char *kOldPropertiesModule =
+    "torch.distributed._shard.sharded_tensor.metadata";
+constexpr const char *kFilesystemModule = "torch.distributed.checkpoint.filesystem";
+
+const DTypeInfo kDTypes[] = {
+    {DType::Float64, "float64", 8, "DoubleStorage"},
+    {DType::Float32, "float32", 4, "FloatStorage"},
+    {DType::Float16, "float16", 2, "HalfStorage"},
+    {DType::BFloat16, "bfloat16", 2, "BFloat16Storage"},
+    {DType::Int64, "int64", 8, "LongStorage"},
+    {DType::Int32, "int32", 4, "IntStorage"},
+    {DType::Int16, "int16", 2, "ShortStorage"},
+    {DType::Int8, "int8", 1, "CharStorage"},
+    {DType::UInt8, "uint8", 1, "ByteStorage"},
+    {DType::Bool, "bool", 1, "BoolStorage"},
+    {DType::Complex32, "complex32", 4, nullptr},
+    {DType::Complex64, "complex64", 8, "ComplexFloatStorage"},
+    {DType::Complex128, "complex128", 16, "ComplexDoubleStorage"},
+    {DType::Float8E4M3FN, "float8_e4m3fn", 1, nullptr},
+    {DType::Float8E4M3FNUZ, "float8_e4m3fnuz", 1, nullptr},
+    {DType::Float8E5M2, "float8_e5m2", 1, nullptr},
+    {DType::Float8E5M2FNUZ, "float8_e5m2fnuz", 1, nullptr},
+    {DType::Float8E8M0FNU, "float8_e8m0fnu", 1, nullptr},
+    {DType::UInt16, "uint16", 2, nullptr},
+    {DType::UInt32, "uint32", 4, nullptr},
+    {DType::UInt64, "uint64", 8, nullptr},
+};
+
+//===----------------------------------------------------------------------===//
+// Reading helpers: each names the place in the metadata it failed at. The
+// place is a chain of Where links on the stack, rendered only on error (a
+// large checkpoint has millions of chunks).
+//===----------------------------------------------------------------------===//
+
+struct Where {
+  const Where *parent = nullptr;
+  std::string_view text;  // appended as is: "state_dict_metadata", ".size"
+  std::string_view key;   // rendered ['key'] when hasKey
+  bool hasKey = false;
+  int64_t index = -1;     // rendered [index] when >= 0
+
+  std::string str() const {
+    std::string s = parent ? parent->str() : std::string();
+    s += text;
+    if (hasKey)
+      s += "['" + std::string(key) + "']";
+    if (index >= 0)
+      s += "[" + std::to_string(index) + "]";
+    return s;
+  }
+};
+
+Where child(const Where &parent, std::string_view text) {
+  Where w;
+  w.parent = &parent;
+  w.text = text;
+  return w;
+}
+
+Error bad(const Where &where, const std::string &what) {
+  return makeError("dcp metadata: " + where.str() + ": " + what);
+}
+
+std::string describe(const Value *v) {
+  if (!v)
+    return "nothing";
+  if (v->kind == Kind::Object && v->callable)
+    return "a " + v->callable->text + "." + v->callable->name + " object";
+  if (v->kind == Kind::Global)
+    return "the global " + v->text + "." + v->name;
+  if (v->kind == Kind::None)
+    return "None";
+  std::string kind = pickle::kindName(v->kind);
+  return (kind[0] == 'i' ? "an " : "a ") + kind;
+}
+
+bool isNone(const Value *v) { return !v || v->kind == Kind::None; }
+
+/// The argument tuple's items of an Object (empty if it has none).
+const std::vector<Value *> &argsOf(const Value *v) {
+  static const std::vector<Value *> none;
+  return v->args ? v->args->items : none;
+}
+
+Result<std::string> toStr(const Value *v, const Where &where) {
+  if (!v || v->kind != Kind::String)
+    return bad(where, "expected a str, got " + describe(v));
+  return v->text;
+}
+
+Result<int64_t> toInt(const Value *v, const Where &where) {
+  if (!v || v->kind != Kind::Int)
+    return bad(where, "expected an int, got " + describe(v));
+  return v->integer;
+}
+
+Result<bool> toBool(const Value *v, const Where &where) {
+  if (!v || v->kind != Kind::Bool)
+    return bad(where, "expected a bool, got " + describe(v));
+  return v->boolean;
+}
+
+/// torch.Size(tuple), or a plain tuple/list (Megatron-FSDP writes tuples).
+Result<Dims> toDims(const Value *v, const Where &where) {
+  if (v && v->isObjectOf("torch", "Size")) {
+    if (argsOf(v).size() != 1)
+      return bad(where, "torch.Size takes one argument");
+    v = argsOf(v)[0];
+  }
+  if (!v || (v->kind != Kind::Tuple && v->kind != Kind::List))
+    return bad(where, "expected a torch.Size or a tuple of ints, got " + describe(v));
+  Dims dims;
+  dims.reserve(v->items.size());
+  for (const Value *item : v->items) {
+    if (item->kind != Kind::Int)
+      return bad(where, "expected ints, got " + describe(item));
+    dims.push_back(item->integer);
+  }
+  return dims;
+}
+
+/// The BUILD dict of an object of class `module.cls` (null if no BUILD).
+Result<const Value *> objectState(const Value *v, const char *module, const char *cls,
+                                  const Where &where) {
+  if (!v || !v->isObjectOf(module, cls))
+    return bad(where, std::string("expected a ") + cls + ", got " + describe(v));
+  if (v->state && v->state->kind != Kind::Dict)
+    return bad(where, std::string(cls) + " state is " + describe(v->state) +
+                          ", expected a dict");
+  return v->state;
+}
+
+const Value *field(const Value *state, std::string_view key) {
+  return state ? state->find(key) : nullptr;
+}
+
+Result<DType> toDType(const Value *v, const Where &where) {
+  if (!v || v->kind != Kind::Global || v->text != "torch")
+    return bad(where, "expected a torch dtype, got " + describe(v));
+  const DTypeInfo *info = findDType(v->name);
+  if (!info)
+    return bad(where, "unsupported dtype torch." + v->name);
+  return info->dtype;
+}
+
+/// torch.strided, or torch.serialization._get_layout('torch.strided').
+Result<std::string> toLayout(const Value *v, const Where &where) {
+  if (v && v->kind == Kind::Global && v->text == "torch")
+    return "torch." + v->name;
+  if (v && v->isObjectOf("torch.serialization", "_get_layout") && argsOf(v).size() == 1 &&
+      argsOf(v)[0]->kind == Kind::String)
+    return argsOf(v)[0]->text;
+  return bad(where, "expected a torch layout, got " + describe(v));
+}
+
+Result<int> toMemoryFormat(const Value *v, const Where &where) {
+  if (v && (v->isObjectOf(kMetadataModule, "_MEM_FORMAT_ENCODING") ||
+            v->isObjectOf(kOldPropertiesModule, "MEM_FORMAT_ENCODING"))) {
+    if (argsOf(v).size() != 1)
+      return bad(where, "_MEM_FORMAT_ENCODING takes one argument");
+    v = argsOf(v)[0];
+  }
+  if (v && v->kind == Kind::Int && v->integer >= 0 && v->integer <= 2)
+    return static_cast<int>(v->integer);
+  if (v && v->kind == Kind::Global && v->text == "torch") {
+    if (v->name == "contiguous_format")
+      return 0;
+    if (v->name == "channels_last")
+      return 1;
+    if (v->name == "preserve_format")
+      return 2;
+  }
+  return bad(where, "expected a memory format, got " + describe(v));
+}
+
+Result<TensorProperties> toProperties(const Value *v, const Where &where) {
+  if (!v || (!v->isObjectOf(kMetadataModule, "TensorProperties") &&
+             !v->isObjectOf(kOldPropertiesModule, "TensorProperties")))
+    return bad(where, "expected a TensorProperties, got " + describe(v));
+  const Value *state = v->state;
+  // __getstate__ gives (dtype, layout, requires_grad, memory_format,
+  // pin_memory); old pickles have the dataclass dict.
+  static const char *const names[5] = {"dtype", "layout", "requires_grad",
+                                       "memory_format", "pin_memory"};
+  const Value *parts[5] = {};
+  if (state && state->kind == Kind::Tuple && state->items.size() == 5) {
+    for (int i = 0; i < 5; ++i)
+      parts[i] = state->items[i];
+  } else if (state && state->kind == Kind::Dict) {
+    for (int i = 0; i < 5; ++i)
+      parts[i] = state->find(names[i]);
+  } else {
+    return bad(where, "TensorProperties state is " + describe(state) +
+                          ", expected a 5-tuple or a dict");
+  }
+  TensorProperties props;
+  auto dtype = toDType(parts[0], child(where, ".dtype"));
+  if (!dtype)
+    return Error{dtype.error()};
+  props.dtype = *dtype;
+  if (parts[1]) {
+    auto layout = toLayout(parts[1], child(where, ".layout"));
+    if (!layout)
+      return Error{layout.error()};
+    props.layout = *layout;
+  }
+  if (parts[2]) {
+    auto requiresGrad = toBool(parts[2], child(where, ".requires_grad"));
+    if (!requiresGrad)
+      return Error{requiresGrad.error()};
+    props.requiresGrad = *requiresGrad;
+  }
+  if (parts[3]) {
+    auto format = toMemoryFormat(parts[3], child(where, ".memory_format"));
+    if (!format)
+      return Error{format.error()};
+    props.memoryFormat = *format;
+  }
+  if (parts[4]) {
+    auto pin = toBool(parts[4], child(where, ".pin_memory"));
+    if (!pin)
+      return Error{pin.error()};
+    props.pinMemory = *pin;
+  }
+  return props;
+}
+
+Result<StorageMetadata> toStorageMetadata(const Value *v, const Where &where) {
+  StorageMetadata out;
+  if (v && v->isObjectOf(kMetadataModule, "BytesStorageMetadata")) {
+    out.isBytes = true;
+    return out;
+  }
+  auto state = objectState(v, kMetadataModule, "TensorStorageMetadata", where);
+  if (!state)
+    return Error{state.error()};
+  auto props = toProperties(field(*state, "properties"), child(where, ".properties"));
+  if (!props)
+    return Error{props.error()};
+  out.properties = *props;
+  auto size = toDims(field(*state, "size"), child(where, ".size"));
+  if (!size)
+    return Error{size.error()};
+  out.size = size.take();
+  const Value *chunks = field(*state, "chunks");
+  Where chunksAt = child(where, ".chunks");
+  if (!chunks || chunks->kind != Kind::List)
+    return bad(chunksAt, "expected a list, got " + describe(chunks));
+  out.chunks.reserve(chunks->items.size());
+  for (size_t i = 0; i < chunks->items.size(); ++i) {
+    Where at = chunksAt;
+    at.index = static_cast<int64_t>(i);
+    auto chunkState =
+        objectState(chunks->items[i], kMetadataModule, "ChunkStorageMetadata", at);
+    if (!chunkState)
+      return Error{chunkState.error()};
+    ChunkMetadata chunk;
+    auto offsets = toDims(field(*chunkState, "offsets"), child(at, ".offsets"));
+    if (!offsets)
+      return Error{offsets.error()};
+    auto sizes = toDims(field(*chunkState, "sizes"), child(at, ".sizes"));
+    if (!sizes)
+      return Error{sizes.error()};
+    chunk.offsets = offsets.take();
+    chunk.sizes = sizes.take();
+    out.chunks.push_back(std::move(chunk));
+  }
+  return out;
+}
+
+Result<MetadataIndex> toIndex(const Value *v, const Where &where) {
+  auto state = objectState(v, kMetadataModule, "MetadataIndex", where);
+  if (!state)
+    return Error{state.error()};
+  MetadataIndex index;
+  auto fqn = toStr(field(*state, "fqn"), child(where, ".fqn"));
+  if (!fqn)
+    return Error{fqn.error()};
+  index.fqn = fqn.take();
+  Where named = where;
+  named.key = index.fqn;
+  named.hasKey = true;
+  const Value *offset = field(*state, "offset");
+  if (!isNone(offset)) {
+    auto dims = toDims(offset, child(named, ".offset"));
+    if (!dims)
+      return Error{dims.error()};
+    index.offset = dims.take();
+  }
+  const Value *position = field(*state, "index");
+  if (!isNone(position)) {
+    auto i = toInt(position, child(named, ".index"));
+    if (!i)
+      return Error{i.error()};
+    index.index = *i;
+  }
+  return index;
+}
+
+Result<StorageInfo> toStorageInfo(const Value *v, const Where &where) {
+  auto state = objectState(v, kFilesystemModule, "_StorageInfo", where);
+  if (!state)
+    return Error{state.error()};
+  StorageInfo info;
+  auto path = toStr(field(*state, "relative_path"), child(where, ".relative_path"));
+  if (!path)
+    return Error{path.error()};
+  info.relativePath = path.take();
+  auto offset = toInt(field(*state, "offset"), child(where, ".offset"));
+  if (!offset)
+    return Error{offset.error()};
+  auto length = toInt(field(*state, "length"), child(where, ".length"));
+  if (!length)
+    return Error{length.error()};
+  if (*offset < 0 || *length < 0)
+    return bad(where, "negative offset or length");
+  info.offset = static_cast<uint64_t>(*offset);
+  info.length = static_cast<uint64_t>(*length);
+  const Value *transforms = field(*state, "transform_descriptors");
+  if (!isNone(transforms)) {
+    Where at = child(where, ".transform_descriptors");
+    if (transforms->kind != Kind::List && transforms->kind != Kind::Tuple)
+      return bad(at, "expected a list, got " + describe(transforms));
+    std::vector<std::string> names;
+    for (const Value *item : transforms->items) {
+      auto name = toStr(item, at);
+      if (!name)
+        return Error{name.error()};
+      names.push_back(name.take());
+    }
+    info.transformDescriptors = std::move(names);
+  }
+  return info;
+}
+
+/// A str, or a pathlib path: REDUCE(PosixPath, parts) or (3.13) one string.
+Result<std::string> toPathString(const Value *v, const Where &where) {
+  if (v && v->kind == Kind::String)
+    return v->text;
+  if (!v || v->kind != Kind::Object || !v->callable ||
+      v->callable->text.rfind("pathlib", 0) != 0)
+    return bad(where, "expected a str or a pathlib path, got " + describe(v));
+  std::string path;
+  for (const Value *part : argsOf(v)) {
+    if (part->kind != Kind::String)
+      return bad(where, "path part is " + describe(part));
+    if (!part->text.empty() && part->text[0] == '/')
+      path = part->text;
+    else if (path.empty() || path.back() == '/')
+      path += part->text;
+    else
+      path += "/" + part->text;
+  }
+  return path;
+}
+
+Result<StorageMeta> toStorageMeta(const Value *v, const Where &where) {
+  auto state = objectState(v, kMetadataModule, "StorageMeta", where);
+  if (!state)
+    return Error{state.error()};
+  StorageMeta meta;
+  if (const Value *id = field(*state, "checkpoint_id"); !isNone(id)) {
+    auto path = toPathString(id, child(where, ".checkpoint_id"));
+    if (!path)
+      return Error{path.error()};
+    meta.checkpointId = path.take();
+  }
+  if (const Value *saveId = field(*state, "save_id"); !isNone(saveId)) {
+    auto s = toStr(saveId, child(where, ".save_id"));
+    if (!s)
+      return Error{s.error()};
+    meta.saveId = s.take();
+  }
+  if (const Value *loadId = field(*state, "load_id"); !isNone(loadId)) {
+    auto s = toStr(loadId, child(where, ".load_id"));
+    if (!s)
+      return Error{s.error()};
+    meta.loadId = s.take();
+  }
+  if (const Value *modules = field(*state, "modules"); !isNone(modules)) {
+    Where at = child(where, ".modules");
+    if (modules->kind != Kind::List)
+      return bad(at, "expected a list, got " + describe(modules));
+    for (const Value *item : modules->items) {
+      auto s = toStr(item, at);
+      if (!s)
+        return Error{s.error()};
+      meta.modules.push_back(s.take());
+    }
+  }
+  return meta;
+}
+
+/// planner_data of the default planner; nullopt for anything else.
+std::optional<std::vector<std::pair<std::string, std::vector<PathPart>>>>
+toPlannerData(const Value *v) {
+  if (!v || v->kind != Kind::Dict)
+    return std::nullopt;
+  std::vector<std::pair<std::string, std::vector<PathPart>>> out;
+  out.reserve(v->entries.size());
+  for (const auto &[key, path] : v->entries) {
+    if (key->kind != Kind::String || (path->kind != Kind::Tuple && path->kind != Kind::List))
+      return std::nullopt;
+    std::vector<PathPart> parts;
+    for (const Value *part : path->items) {
+      if (part->kind == Kind::String)
+        parts.emplace_back(part->text);
+      else if (part->kind == Kind::Int)
+        parts.emplace_back(part->integer);
+      else
+        return std::nullopt;
+    }
+    out.emplace_back(key->text, std::move(parts));
+  }
+  return out;
+}
+
+std::string dimsText(const Dims &dims) {
+  std::string s = "(";
+  for (size_t i = 0; i < dims.size(); ++i)
+    s += (i ? ", " : "") + std::to_string(dims[i]);
+  return s + (dims.size() == 1 ? ",)" : ")");
+}
+
+//===----------------------------------------------------------------------===//
+// Writing helpers
+//===----------------------------------------------------------------------===//
+
+/// MARK ... SETITEMS (or APPENDS) in batches of 1000, as CPython does, so a
+/// reader never holds a million values above one MARK.
+class Batched {
+public:
+  Batched(pickle::Writer &w, bool dict) : w_(w), dict_(dict) {}
+  void beforeItem() {
+    if (count_ == 0)
+      w_.mark();
+  }
+  void afterItem() {
+    if (++count_ == 1000)
+      flush();
+  }
+  void flush() {
+    if (count_ == 0)
+      return;
+    dict_ ? w_.setItems() : w_.appends();
+    count_ = 0;
+  }
+
+private:
+  pickle::Writer &w_;
+  bool dict_;
+  size_t count_ = 0;
+};
+
+void emitSize(pickle::Writer &w, const Dims &dims) {
+  w.global("torch", "Size");
+  w.intTuple(dims);
+  w.tupleOf(1);
+  w.reduce();
+}
+
+/// cls.__new__(cls), as CPython pickles a dataclass.
+void emitNewObject(pickle::Writer &w, const char *module, const char *cls) {
+  w.global(module, cls);
+  w.emptyTuple();
+  w.newObj();
+}
+
+void emitOptionalString(pickle::Writer &w, const std::optional<std::string> &s) {
+  if (s)
+    w.string(*s);
+  else
+    w.none();
+}
+
+void emitProperties(pickle::Writer &w, const TensorProperties &p) {
+  emitNewObject(w, kMetadataModule, "TensorProperties");
+  w.mark();
+  w.global("torch", dtypeInfo(p.dtype).name);
+  w.global("torch.serialization", "_get_layout"); // as PyTorch pickles layouts
+  w.sharedString(p.layout);
+  w.tupleOf(1);
+  w.reduce();
+  w.boolean(p.requiresGrad);
+  w.global(kMetadataModule, "_MEM_FORMAT_ENCODING");
+  w.integer(p.memoryFormat);
+  w.tupleOf(1);
+  w.reduce();
+  w.boolean(p.pinMemory);
+  w.tupleFromMark();
+  w.build();
+}
+
+void emitStorageMetadata(pickle::Writer &w, const StorageMetadata &m) {
+  if (m.isBytes) {
+    emitNewObject(w, kMetadataModule, "BytesStorageMetadata");
+    return;
+  }
+  emitNewObject(w, kMetadataModule, "TensorStorageMetadata");
+  w.emptyDict();
+  w.mark();
+  w.sharedString("properties");
+  emitProperties(w, m.properties);
+  w.sharedString("size");
+  emitSize(w, m.size);
+  w.sharedString("chunks");
+  w.emptyList();
+  Batched chunks(w, /*dict=*/false);
+  for (const ChunkMetadata &chunk : m.chunks) {
+    chunks.beforeItem();
+    emitNewObject(w, kMetadataModule, "ChunkStorageMetadata");
+    w.emptyDict();
+    w.mark();
+    w.sharedString("offsets");
+    emitSize(w, chunk.offsets);
+    w.sharedString("sizes");
+    emitSize(w, chunk.sizes);
+    w.setItems();
+    w.build();
+    chunks.afterItem();
+  }
+  chunks.flush();
+  w.setItems();
+  w.build();
+}
+
+void emitIndex(pickle::Writer &w, const MetadataIndex &index) {
+  emitNewObject(w, kMetadataModule, "MetadataIndex");
+  w.emptyDict();
+  w.mark();
+  w.sharedString("fqn");
+  w.sharedString(index.fqn);
+  w.sharedString("index");
+  if (index.index)
+    w.integer(*index.index);
+  else
+    w.none();
+  if (index.offset) { // absent for bytes items, as PyTorch writes them
+    w.sharedString("offset");
+    emitSize(w, *index.offset);
+  }
+  w.setItems();
+  w.build();
+}
+
+void emitStorageInfo(pickle::Writer &w, const StorageInfo &info) {
+  emitNewObject(w, kFilesystemModule, "_StorageInfo");
+  w.emptyDict();
+  w.mark();
+  w.sharedString("relative_path");
+  w.sharedString(info.relativePath);
+  w.sharedString("offset");
+  w.integer(static_cast<int64_t>(info.offset));
+  w.sharedString("length");
+  w.integer(static_cast<int64_t>(info.length));
+  if (info.transformDescriptors) {
+    w.sharedString("transform_descriptors");
+    w.emptyList();
+    Batched names(w, /*dict=*/false);
+    for (const std::string &name : *info.transformDescriptors) {
+      names.beforeItem();
+      w.sharedString(name);
+      names.afterItem();
+    }
+    names.flush();
+  }
+  w.setItems();
+  w.build();
+}
+
+void emitStorageMeta(pickle::Writer &w, const StorageMeta &meta) {
+  emitNewObject(w, kMetadataModule, "StorageMeta");
+  w.emptyDict();
+  w.mark();
+  w.sharedString("checkpoint_id");
+  emitOptionalString(w, meta.checkpointId); // a str, never a pathlib object
+  w.sharedString("save_id");
+  w.sharedString(meta.saveId);
+  w.sharedString("load_id");
+  emitOptionalString(w, meta.loadId);
+  w.sharedString("modules");
+  w.emptyList();
+  Batched modules(w, /*dict=*/false);
+  for (const std::string &name : meta.modules) {
+    modules.beforeItem();
+    w.sharedString(name);
+    modules.afterItem();
+  }
+  modules.flush();
+  w.setItems();
+  w.build();
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// dtypes
+//===----------------------------------------------------------------------===//
+
+const DTypeInfo &dtypeInfo(DType dtype) {
+  for (const DTypeInfo &info : kDTypes)
+    if (info.dtype == dtype)
+      return info;
+  return kDTypes[1];
+}
+
+const DTypeInfo *findDType(std::string_view name) {
+  if (name.substr(0, 6) == "torch.")
+    name.remove_prefix(6);
+  for (const DTypeInfo &info : kDTypes)
+    if (name == info.name)
+      return &info;
+  return nullptr;
+}
+
+const DTypeInfo *findDTypeByStorage(std::string_view storageClass) {
+  for (const DTypeInfo &info : kDTypes)
+    if (info.legacyStorage && storageClass == info.legacyStorage)
+      return &info;
+  return nullptr;
+}
+
+//===----------------------------------------------------------------------===//
+// Metadata
+//===----------------------------------------------------------------------===//
+
+const StorageMetadata *Metadata::find(std::string_view fqn) const {
+  for (const auto &[key, value] : stateDictMetadata)
+    if (key == fqn)
+      return &value;
+  return nullptr;
+}
+
+const StorageInfo *Metadata::findStorage(std::string_view fqn,
+                                         const std::optional<Dims> &offsets) const {
+  for (const auto &[index, info] : storageData)
+    if (index.fqn == fqn && index.offset == offsets)
+      return &info;
+  return nullptr;
+}
+
+Status validateMetadata(const Metadata &metadata) {
+  const auto &entries = metadata.stateDictMetadata;
+  // Slot of every chunk (bytes items: one slot) in a flat "seen" table;
+  // each tensor's chunk indices sorted by offsets for lookups.
+  std::unordered_map<std::string_view, size_t> entryOf;
+  entryOf.reserve(entries.size());
+  std::vector<size_t> firstSlot(entries.size());
+  std::vector<std::vector<uint32_t>> byOffsets(entries.size());
+  size_t slots = 0;
+  for (size_t e = 0; e < entries.size(); ++e) {
+    const std::string &fqn = entries[e].first; // (no structured bindings:
+    const StorageMetadata &entry = entries[e].second; // lambdas capture these)
+    if (!entryOf.emplace(fqn, e).second)
+      return makeError("dcp metadata: key '" + fqn + "' appears twice");
+    firstSlot[e] = slots;
+    if (entry.isBytes) {
+      ++slots;
+      continue;
+    }
+    for (int64_t dim : entry.size)
+      if (dim < 0)
+        return makeError("dcp metadata: '" + fqn + "' has a negative size " +
+                         dimsText(entry.size));
+    if (entry.chunks.size() >= UINT32_MAX)
+      return makeError("dcp metadata: '" + fqn + "' has too many chunks");
+    auto chunkError = [&](const ChunkMetadata &chunk, const std::string &what) {
+      return makeError("dcp metadata: '" + fqn + "' chunk at " + dimsText(chunk.offsets) +
+                       " size " + dimsText(chunk.sizes) + ": " + what);
+    };
+    std::vector<uint32_t> &order = byOffsets[e];
+    order.reserve(entry.chunks.size());
+    for (size_t c = 0; c < entry.chunks.size(); ++c) {
+      const ChunkMetadata &chunk = entry.chunks[c];
+      if (chunk.offsets.size() != entry.size.size() ||
+          chunk.sizes.size() != entry.size.size())
+        return chunkError(chunk, "rank differs from the tensor's " + dimsText(entry.size));
+      for (size_t d = 0; d < entry.size.size(); ++d)
+        if (chunk.offsets[d] < 0 || chunk.sizes[d] < 0 || chunk.offsets[d] > entry.size[d] ||
+            chunk.sizes[d] > entry.size[d] - chunk.offsets[d])
+          return chunkError(chunk, "outside the tensor " + dimsText(entry.size));
+      order.push_back(static_cast<uint32_t>(c));
+    }
+    auto offsetsOf = [&](uint32_t c) -> const Dims & { return entry.chunks[c].offsets; };
+    std::sort(order.begin(), order.end(),
+              [&](uint32_t x, uint32_t y) { return offsetsOf(x) < offsetsOf(y); });
+    for (size_t i = 1; i < order.size(); ++i)
+      if (offsetsOf(order[i]) == offsetsOf(order[i - 1]))
+        return chunkError(entry.chunks[order[i]], "two chunks at the same offsets");
+    slots += entry.chunks.size();
+  }
+
+  std::vector<uint8_t> seen(slots, 0);
+  for (const auto &item : metadata.storageData) {
+    const MetadataIndex &index = item.first;
+    const StorageInfo &info = item.second;
+    auto where = [&]() {
+      return "dcp metadata: storage_data entry '" + index.fqn + "'" +
+             (index.offset ? " at " + dimsText(*index.offset) : "");
+    };
+    auto found = entryOf.find(index.fqn);
+    std::optional<size_t> slot;
+    if (found != entryOf.end()) {
+      size_t e = found->second;
+      const StorageMetadata &entry = entries[e].second;
+      if (entry.isBytes && !index.offset) {
+        slot = firstSlot[e];
+      } else if (!entry.isBytes && index.offset) {
+        // The position hint first (the default planner writes it), then a
+        // binary search by offsets.
+        if (index.index && *index.index >= 0 &&
+            static_cast<uint64_t>(*index.index) < entry.chunks.size() &&
+            entry.chunks[static_cast<size_t>(*index.index)].offsets == *index.offset) {
+          slot = firstSlot[e] + static_cast<size_t>(*index.index);
+        } else {
+          const auto &order = byOffsets[e];
+          auto it = std::lower_bound(order.begin(), order.end(), *index.offset,
+                                     [&](uint32_t c, const Dims &offsets) {
+                                       return entry.chunks[c].offsets < offsets;
+                                     });
+          if (it != order.end() && entry.chunks[*it].offsets == *index.offset)
+            slot = firstSlot[e] + *it;
+        }
+      }
+    }
+    if (!slot)
+      return makeError(where() + " matches no chunk of state_dict_metadata");
+    if (seen[*slot])
+      return makeError(where() + " appears twice");
+    seen[*slot] = 1;
+    if (info.length > std::numeric_limits<uint64_t>::max() - info.offset ||
+        info.offset + info.length > uint64_t(std::numeric_limits<int64_t>::max()))
+      return makeError(where() + ": byte range overflows");
+  }
+  for (size_t e = 0; e < entries.size(); ++e) {
+    const auto &[fqn, entry] = entries[e];
+    if (entry.isBytes && !seen[firstSlot[e]])
+      return makeError("dcp metadata: '" + fqn + "' has no storage_data entry");
+    if (!entry.isBytes)
+      for (size_t c = 0; c < entry.chunks.size(); ++c)
+        if (!seen[firstSlot[e] + c])
+          return makeError("dcp metadata: '" + fqn + "' chunk at " +
+                           dimsText(entry.chunks[c].offsets) + " has no storage_data entry");
+  }
+  return Status::success();
+}
+
+Result<Metadata> metadataFromPickle(const Value &root) {
+  Where top;
+  top.text = "Metadata";
+  auto state = objectState(&root, kMetadataModule, "Metadata", top);
+  if (!state)
+    return Error{state.error()};
+  Metadata out;
+
+  Where sdmAt;
+  sdmAt.text = "state_dict_metadata";
+  const Value *sdm = field(*state, "state_dict_metadata");
+  if (!sdm || sdm->kind != Kind::Dict)
+    return bad(sdmAt, "expected a dict, got " + describe(sdm));
+  out.stateDictMetadata.reserve(sdm->entries.size());
+  for (const auto &[key, value] : sdm->entries) {
+    auto fqn = toStr(key, child(sdmAt, " key"));
+    if (!fqn)
+      return Error{fqn.error()};
+    Where at = sdmAt;
+    at.key = *fqn;
+    at.hasKey = true;
+    auto entry = toStorageMetadata(value, at);
+    if (!entry)
+      return Error{entry.error()};
+    out.stateDictMetadata.emplace_back(fqn.take(), entry.take());
+  }
+
+  Where storageAt;
+  storageAt.text = "storage_data";
+  const Value *storage = field(*state, "storage_data");
+  if (!isNone(storage)) {
+    if (storage->kind != Kind::Dict)
+      return bad(storageAt, "expected a dict, got " + describe(storage));
+    out.storageData.reserve(storage->entries.size());
+    for (const auto &[key, value] : storage->entries) {
+      auto index = toIndex(key, child(storageAt, " key"));
+      if (!index)
+        return Error{index.error()};
+      Where at = storageAt;
+      at.key = index->fqn;
+      at.hasKey = true;
+      auto info = toStorageInfo(value, at);
+      if (!info)
+        return Error{info.error()};
+      out.storageData.emplace_back(index.take(), info.take());
+    }
+  }
+
+  out.plannerData = toPlannerData(field(*state, "planner_data"));
+
+  if (const Value *meta = field(*state, "storage_meta"); !isNone(meta)) {
+    Where at;
+    at.text = "storage_meta";
+    auto storageMeta = toStorageMeta(meta, at);
+    if (!storageMeta)
+      return Error{storageMeta.error()};
+    out.storageMeta = storageMeta.take();
+  }
+
+  if (const Value *version = field(*state, "version"); !isNone(version)) {
+    Where at;
+    at.text = "version";
+    auto s = toStr(version, at);
+    if (!s)
+      return Error{s.error()};
+    out.version = s.take();
+  }
+
+  if (Status s = validateMetadata(out); !s)
+    return Error{s.error()};
+  return out;
+}
+
+Result<Metadata> parseMetadata(std::string_view bytes) {
+  auto doc = pickle::read(bytes);
+  if (!doc)
+    return makeError("dcp metadata: " + doc.error());
+  return metadataFromPickle(*doc->root());
+}
+
+Result<std::string> serializeMetadata(const Metadata &metadata) {
+  if (Status s = validateMetadata(metadata); !s)
+    return Error{s.error()};
+  pickle::Writer w;
+  emitNewObject(w, kMetadataModule, "Metadata");
+  w.emptyDict();
+  w.mark();
+
+  w.sharedString("state_dict_metadata");
+  w.emptyDict();
+  Batched entries(w, /*dict=*/true);
+  for (const auto &[fqn, entry] : metadata.stateDictMetadata) {
+    entries.beforeItem();
+    w.sharedString(fqn);
+    emitStorageMetadata(w, entry);
+    entries.afterItem();
+  }
+  entries.flush();
+
+  w.sharedString("planner_data");
+  if (metadata.plannerData) {
+    w.emptyDict();
+    Batched paths(w, /*dict=*/true);
+    for (const auto &[key, parts] : *metadata.plannerData) {
+      paths.beforeItem();
+      w.sharedString(key);
+      w.mark();
+      for (const PathPart &part : parts) {
+        if (const auto *s = std::get_if<std::string>(&part))
+          w.sharedString(*s);
+        else
+          w.integer(std::get<int64_t>(part));
+      }
+      w.tupleFromMark();
+      paths.afterItem();
+    }
+    paths.flush();
+  } else {
+    w.none();
+  }
+
+  w.sharedString("storage_data");
+  w.emptyDict();
+  Batched storage(w, /*dict=*/true);
+  for (const auto &[index, info] : metadata.storageData) {
+    storage.beforeItem();
+    emitIndex(w, index);
+    emitStorageInfo(w, info);
+    storage.afterItem();
+  }
+  storage.flush();
+
+  w.sharedString("storage_meta");
+  if (metadata.storageMeta)
+    emitStorageMeta(w, *metadata.storageMeta);
+  else
+    w.none();
+
+  w.sharedString("version");
+  emitOptionalString(w, metadata.version);
+
+  w.setItems();
+  w.build();
+  return w.finish();
+}
+
+} // namespace dcp
+} // namespace fsdp

@@ -1,0 +1,571 @@
+//===- CheckpointPlan.cpp - Static per-rank checkpoint plans --------------===//
+//
+// A rank's data file is laid out as: its optimizer `step` items, then its
+// hyper-parameter bytes items, then its tensor chunks, each item starting on
+// a 4 KiB boundary. Steps and bytes items are assigned round-robin over the
+// world (step i to rank i mod W, hyper-parameter j to rank (P + j) mod W), so
+// any rank can locate any step without planning the writer's whole file.
+// Replicated chunks (HSDP) are written once, by the replica with the fewest
+// bytes so far within that (group, shard), starting at a rotating replica.
+//
+//===----------------------------------------------------------------------===//
+#include "fsdp/Plan/CheckpointPlan.h"
+#include "fsdp/Format/Pickle.h"
+#include "fsdp/Format/Zip.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <unordered_map>
+
+namespace fsdp {
+namespace plan {
+
+namespace {
+
+uint64_t alignUp(uint64_t value, uint64_t alignment) {
+  return (value + alignment - 1) / alignment * alignment;
+}
+
+/// The hyper-parameters PyTorch 2.11's Adam/AdamW state dict holds, in its
+/// order (reference/dcp-format.md §8).
+const char *const kHyperParameters[] = {
+    "lr",         "betas",          "eps",   "weight_decay",
+    "amsgrad",    "maximize",       "foreach", "capturable",
+    "differentiable", "fused",      "decoupled_weight_decay", "params"};
+constexpr size_t kNumHyperParameters =
+    sizeof(kHyperParameters) / sizeof(kHyperParameters[0]);
+
+Result<std::string> hyperParameterPickle(const ModelLayout &model, size_t index) {
+  const OptimizerSpec &opt = model.optimizer;
+  pickle::Writer writer(pickle::Writer::Options{/*memoizeAll=*/true});
+  std::string name = kHyperParameters[index];
+  if (name == "lr")
+    writer.real(opt.lr);
+  else if (name == "betas") {
+    writer.real(opt.beta1);
+    writer.real(opt.beta2);
+    writer.tupleOf(2);
+  } else if (name == "eps")
+    writer.real(opt.eps);
+  else if (name == "weight_decay")
+    writer.real(opt.weightDecay);
+  else if (name == "foreach" || name == "fused")
+    writer.none();
+  else if (name == "decoupled_weight_decay")
+    writer.boolean(opt.decoupledWeightDecay);
+  else if (name == "params") {
+    writer.emptyList();
+    if (!model.optimizerParams.empty()) {
+      writer.mark();
+      for (const std::string &fqn : model.optimizerParams)
+        writer.string(fqn);
+      writer.appends();
+    }
+  } else
+    writer.boolean(false); // amsgrad, maximize, capturable, differentiable
+  return writer.finish();
+}
+
+/// Which ranks hold each shard, and which shard each rank holds, for one
+/// placement list (shared by every group with those placements).
+struct ShardMap {
+  std::vector<int64_t> shardOfRank;
+  std::vector<std::vector<int64_t>> ranksOfShard;
+};
+
+/// One chunk of one tensor item before file placement.
+struct PendingItem {
+  std::string key;
+  ItemSource source;
+  dcp::DType dtype;
+  dcp::Dims globalShape, chunkOffsets, chunkSizes;
+  BufferRef buffer;
+  std::string payload;
+  /// Index in ModelLayout::optimizerParams of the parameter whose optimizer
+  /// state this is (-1 otherwise).
+  int64_t param = -1;
+};
+
+class Planner {
+public:
+  explicit Planner(const ModelLayout &model) : model_(model) {}
+
+  Status init() {
+    if (Status status = checkModelLayout(model_); !status)
+      return status;
+    world_ = model_.worldSize();
+    for (size_t g = 0; g < model_.groups.size(); ++g) {
+      const GroupSpec &group = model_.groups[g];
+      auto &map = shardMaps_[group.placements];
+      if (!map) {
+        map = std::make_shared<ShardMap>();
+        map->shardOfRank = layout::shardIndices(model_.meshSizes, group.placements);
+        map->ranksOfShard.resize(layout::numShards(model_.meshSizes, group.placements));
+        for (int64_t rank = 0; rank < world_; ++rank)
+          map->ranksOfShard[map->shardOfRank[rank]].push_back(rank);
+      }
+      groupShards_.push_back(map);
+      // Members by offset, for finding the members of a shard by bisection.
+      std::vector<size_t> order(group.members.size());
+      for (size_t i = 0; i < order.size(); ++i)
+        order[i] = i;
+      std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+        return group.members[a].offset < group.members[b].offset;
+      });
+      membersByOffset_.push_back(std::move(order));
+    }
+    for (size_t i = 0; i < model_.optimizerParams.size(); ++i)
+      paramIndex_[model_.optimizerParams[i]] = static_cast<int64_t>(i);
+    if (model_.optimizer.present) {
+      Result<const zip::ItemLayout *> step = tensorLayout(dcp::DType::Float32, {});
+      if (!step)
+        return makeError(step.error());
+      stepItemSpan_ = alignUp((*step)->totalSize, kItemAlignment);
+    }
+    return Status::success();
+  }
+
+  Result<RankPlan> planRank(int64_t rank);
+  Result<dcp::Metadata> globalMetadata();
+
+private:
+  Result<const zip::ItemLayout *> tensorLayout(dcp::DType dtype, const dcp::Dims &sizes);
+  /// Tensor items of `group` in shard `shard`, in member order.
+  void shardItems(size_t group, int64_t shard, std::vector<PendingItem> &out) const;
+  /// Indices of the items of `items` (one shard's) that replica `rank` writes.
+  std::vector<size_t> assignedTo(size_t group, int64_t shard, int64_t rank,
+                                 const std::vector<PendingItem> &items);
+  /// Everything `rank` writes, placed in its file. Memoized.
+  Result<const std::vector<WriteItem> *> writesOf(int64_t rank);
+  Status place(std::vector<PendingItem> &&items, std::vector<WriteItem> &out,
+               uint64_t &cursor);
+  bool hasOptimizerState(const GroupSpec &group) const {
+    return group.requiresGrad && model_.optimizer.present;
+  }
+  std::string stepKey(const std::string &fqn) const {
+    return "optimizer.state." + fqn + ".step";
+  }
+
+  const ModelLayout &model_;
+  int64_t world_ = 1;
+  std::map<std::vector<layout::Placement>, std::shared_ptr<ShardMap>> shardMaps_;
+  std::vector<std::shared_ptr<ShardMap>> groupShards_;
+  std::vector<std::vector<size_t>> membersByOffset_;
+  std::unordered_map<std::string, int64_t> paramIndex_;
+  std::map<std::pair<dcp::DType, dcp::Dims>, std::unique_ptr<zip::ItemLayout>> layouts_;
+  std::unordered_map<int64_t, std::vector<WriteItem>> writes_;
+  uint64_t stepItemSpan_ = 0;
+};
+
+Result<const zip::ItemLayout *> Planner::tensorLayout(dcp::DType dtype,
+                                                      const dcp::Dims &sizes) {
+  auto &slot = layouts_[{dtype, sizes}];
+  if (!slot) {
+    Result<zip::TensorRecord> record = zip::contiguousTensor(dtype, sizes);
+    if (!record)
+      return makeError(record.error());
+    Result<std::string> pickled = zip::encodeTensorPickle(*record);
+    if (!pickled)
+      return makeError(pickled.error());
+    int64_t elements = 1;
+    for (int64_t size : sizes)
+      elements *= size;
+    Result<zip::ItemLayout> item = zip::planTensorItem(
+        *pickled, static_cast<uint64_t>(elements) * dcp::dtypeInfo(dtype).elementSize);
+    if (!item)
+      return makeError(item.error());
+    slot = std::make_unique<zip::ItemLayout>(item.take());
+  }
+  return slot.get();
+}
+
+void Planner::shardItems(size_t g, int64_t shard, std::vector<PendingItem> &out) const {
+  const GroupSpec &group = model_.groups[g];
+  layout::Range range{shard * group.shardSize, (shard + 1) * group.shardSize};
+  const std::vector<size_t> &order = membersByOffset_[g];
+  // First member ending after the shard begins.
+  auto first = std::partition_point(order.begin(), order.end(), [&](size_t m) {
+    const MemberSpec &member = group.members[m];
+    return member.offset + layout::numElements(member.shape) <= range.begin;
+  });
+  std::vector<size_t> inShard;
+  for (auto it = first; it != order.end() && group.members[*it].offset < range.end; ++it)
+    inShard.push_back(*it);
+  std::sort(inShard.begin(), inShard.end()); // member order: stable keys
+  for (size_t m : inShard) {
+    const MemberSpec &member = group.members[m];
+    layout::Piece piece = layout::pieceOf(member.offset, member.shape, range);
+    if (piece.empty())
+      continue;
+    dcp::Dims offsets(member.shape.size(), 0), sizes = member.shape;
+    offsets[0] = piece.rowOffset;
+    sizes[0] = piece.rows;
+    BufferRef ref{static_cast<int32_t>(g), BufferRole::MainWeight, piece.localOffset,
+                  piece.rows * layout::rowSize(member.shape)};
+    int64_t param = -1;
+    if (auto found = paramIndex_.find(member.fqns.front()); found != paramIndex_.end())
+      param = found->second;
+    auto add = [&](std::string key, BufferRole role, int64_t stateOf) {
+      const BufferSpec *buffer = group.findBuffer(role);
+      BufferRef source = ref;
+      source.role = role;
+      out.push_back({std::move(key), ItemSource::Buffer, buffer->dtype, member.shape,
+                     offsets, sizes, source, {}, stateOf});
+    };
+    for (const std::string &fqn : member.fqns)
+      add("model." + fqn, BufferRole::MainWeight, -1);
+    if (hasOptimizerState(group)) {
+      add("optimizer.state." + member.fqns.front() + ".exp_avg", BufferRole::ExpAvg, param);
+      add("optimizer.state." + member.fqns.front() + ".exp_avg_sq", BufferRole::ExpAvgSq,
+          param);
+    }
+  }
+}
+
+std::vector<size_t> Planner::assignedTo(size_t g, int64_t shard, int64_t rank,
+                                        const std::vector<PendingItem> &items) {
+  const std::vector<int64_t> &replicas = groupShards_[g]->ranksOfShard[shard];
+  std::vector<size_t> mine;
+  if (replicas.size() == 1) {
+    for (size_t i = 0; i < items.size(); ++i)
+      mine.push_back(i);
+    return mine;
+  }
+  // Greedy by bytes, ties to the replica after the group's rotating start.
+  std::vector<uint64_t> load(replicas.size(), 0);
+  size_t start = g % replicas.size();
+  size_t self = std::find(replicas.begin(), replicas.end(), rank) - replicas.begin();
+  for (size_t i = 0; i < items.size(); ++i) {
+    size_t best = start;
+    for (size_t k = 1; k < replicas.size(); ++k) {
+      size_t candidate = (start + k) % replicas.size();
+      if (load[candidate] < load[best])
+        best = candidate;
+    }
+    load[best] += static_cast<uint64_t>(items[i].buffer.elements) *
+                  dcp::dtypeInfo(items[i].dtype).elementSize;
+    if (best == self)
+      mine.push_back(i);
+  }
+  return mine;
+}
+
+Status Planner::place(std::vector<PendingItem> &&items, std::vector<WriteItem> &out,
+                      uint64_t &cursor) {
+  for (PendingItem &item : items) {
+    WriteItem write;
+    write.key = std::move(item.key);
+    write.source = item.source;
+    write.dtype = item.dtype;
+    write.globalShape = std::move(item.globalShape);
+    write.chunkOffsets = std::move(item.chunkOffsets);
+    write.chunkSizes = std::move(item.chunkSizes);
+    write.buffer = item.buffer;
+    write.itemOffset = cursor;
+    if (item.source == ItemSource::Bytes) {
+      write.itemLength = item.payload.size();
+      write.payload = std::move(item.payload);
+    } else {
+      Result<const zip::ItemLayout *> layout = tensorLayout(write.dtype, write.chunkSizes);
+      if (!layout)
+        return makeError(write.key + ": " + layout.error());
+      write.itemLength = (*layout)->totalSize;
+      write.dataOffset = cursor + (*layout)->dataOffset;
+      write.dataLength = (*layout)->dataSize;
+    }
+    cursor = alignUp(cursor + write.itemLength, kItemAlignment);
+    out.push_back(std::move(write));
+  }
+  return Status::success();
+}
+
+Result<const std::vector<WriteItem> *> Planner::writesOf(int64_t rank) {
+  auto found = writes_.find(rank);
+  if (found != writes_.end())
+    return &found->second;
+  std::vector<WriteItem> writes;
+  uint64_t cursor = 0;
+  std::vector<PendingItem> pending;
+  // Steps i = rank, rank + W, ... then hyper-parameters (P + j) = rank mod W.
+  int64_t numParams = static_cast<int64_t>(model_.optimizerParams.size());
+  if (model_.optimizer.present) {
+    for (int64_t i = rank; i < numParams; i += world_)
+      pending.push_back({stepKey(model_.optimizerParams[i]), ItemSource::Step,
+                         dcp::DType::Float32, {}, {}, {}, {}, {}, i});
+    for (size_t j = 0; j < kNumHyperParameters; ++j) {
+      if ((numParams + static_cast<int64_t>(j)) % world_ != rank)
+        continue;
+      Result<std::string> pickled = hyperParameterPickle(model_, j);
+      if (!pickled)
+        return makeError(pickled.error());
+      Result<std::string> archive = zip::buildObjectItem(*pickled);
+      if (!archive)
+        return makeError(archive.error());
+      PendingItem item{std::string("optimizer.param_groups.0.") + kHyperParameters[j],
+                       ItemSource::Bytes, dcp::DType::UInt8, {}, {}, {}, {}, archive.take(),
+                       -1};
+      pending.push_back(std::move(item));
+    }
+  }
+  if (Status status = place(std::move(pending), writes, cursor); !status)
+    return makeError(status.error());
+  for (size_t g = 0; g < model_.groups.size(); ++g) {
+    int64_t shard = groupShards_[g]->shardOfRank[rank];
+    std::vector<PendingItem> items;
+    shardItems(g, shard, items);
+    std::vector<PendingItem> mine;
+    for (size_t index : assignedTo(g, shard, rank, items))
+      mine.push_back(std::move(items[index]));
+    if (Status status = place(std::move(mine), writes, cursor); !status)
+      return makeError(status.error());
+  }
+  return &writes_.emplace(rank, std::move(writes)).first->second;
+}
+
+Result<RankPlan> Planner::planRank(int64_t rank) {
+  // The memo serves one rank's reads of its replicas' files; planning the
+  // world rank by rank must not keep every rank's items.
+  if (writes_.size() > 64)
+    writes_.clear();
+  if (rank < 0 || rank >= world_)
+    return makeError("rank " + std::to_string(rank) + " is outside the mesh of " +
+                     std::to_string(world_) + " ranks");
+  RankPlan plan;
+  plan.rank = rank;
+  plan.coords = layout::rankCoords(rank, model_.meshSizes);
+  for (size_t g = 0; g < model_.groups.size(); ++g) {
+    const GroupSpec &group = model_.groups[g];
+    int64_t begin = groupShards_[g]->shardOfRank[rank] * group.shardSize;
+    for (const BufferSpec &buffer : group.buffers)
+      plan.buffers.push_back({static_cast<int32_t>(g), buffer.role, buffer.dtype,
+                              group.shardSize, begin, buffer.aliasesMainWeight});
+  }
+  Result<const std::vector<WriteItem> *> writes = writesOf(rank);
+  if (!writes)
+    return makeError(writes.error());
+  plan.writes = **writes;
+  if (!plan.writes.empty()) {
+    const WriteItem &last = plan.writes.back();
+    plan.files.push_back({dataFileName(rank), last.itemOffset + last.itemLength});
+  }
+
+  // Reads for a load into this same layout: every piece this rank holds,
+  // from whichever replica wrote it, and the step of every trainable
+  // parameter it holds a piece of.
+  std::vector<bool> needsStep(model_.optimizerParams.size(), false);
+  for (size_t g = 0; g < model_.groups.size(); ++g) {
+    int64_t shard = groupShards_[g]->shardOfRank[rank];
+    std::vector<PendingItem> items;
+    shardItems(g, shard, items);
+    const std::vector<int64_t> &replicas = groupShards_[g]->ranksOfShard[shard];
+    std::vector<int64_t> writerOf(items.size(), rank);
+    if (replicas.size() > 1)
+      for (int64_t replica : replicas)
+        for (size_t index : assignedTo(g, shard, replica, items))
+          writerOf[index] = replica;
+    for (size_t i = 0; i < items.size(); ++i) {
+      Result<const std::vector<WriteItem> *> source = writesOf(writerOf[i]);
+      if (!source)
+        return makeError(source.error());
+      const PendingItem &item = items[i];
+      auto written = std::find_if((*source)->begin(), (*source)->end(),
+                                  [&](const WriteItem &w) {
+                                    return w.key == item.key &&
+                                           w.chunkOffsets == item.chunkOffsets;
+                                  });
+      if (written == (*source)->end())
+        return makeError(item.key + ": no replica writes the chunk at row " +
+                         std::to_string(item.chunkOffsets[0]));
+      plan.reads.push_back({item.key, ItemSource::Buffer, item.dtype, item.chunkOffsets,
+                            item.chunkSizes, item.buffer, dataFileName(writerOf[i]),
+                            written->itemOffset, written->itemLength,
+                            written->dataOffset, written->dataLength});
+      if (item.param >= 0)
+        needsStep[item.param] = true;
+    }
+  }
+  if (model_.optimizer.present) {
+    Result<const zip::ItemLayout *> step = tensorLayout(dcp::DType::Float32, {});
+    if (!step)
+      return makeError(step.error());
+    for (size_t i = 0; i < needsStep.size(); ++i) {
+      if (!needsStep[i])
+        continue;
+      int64_t writer = static_cast<int64_t>(i) % world_;
+      uint64_t itemOffset = (static_cast<int64_t>(i) / world_) * stepItemSpan_;
+      plan.reads.push_back({stepKey(model_.optimizerParams[i]), ItemSource::Step,
+                            dcp::DType::Float32, {}, {}, {}, dataFileName(writer),
+                            itemOffset, (*step)->totalSize,
+                            itemOffset + (*step)->dataOffset, (*step)->dataSize});
+    }
+  }
+  return plan;
+}
+
+Result<dcp::Metadata> Planner::globalMetadata() {
+  dcp::Metadata metadata;
+  metadata.version = "1.0.0";
+  std::unordered_map<std::string, size_t> entryOf;
+  auto addKey = [&](const std::string &key, dcp::StorageMetadata storage) {
+    entryOf.emplace(key, metadata.stateDictMetadata.size());
+    metadata.stateDictMetadata.emplace_back(key, std::move(storage));
+  };
+  auto tensor = [](dcp::DType dtype, const dcp::Dims &shape) {
+    dcp::StorageMetadata storage;
+    storage.properties.dtype = dtype;
+    storage.size = shape;
+    return storage;
+  };
+  // PyTorch's order: model keys, optimizer moments, steps, hyper-parameters.
+  for (const GroupSpec &group : model_.groups)
+    for (const MemberSpec &member : group.members)
+      for (const std::string &fqn : member.fqns)
+        addKey("model." + fqn, tensor(group.findBuffer(BufferRole::MainWeight)->dtype,
+                                      member.shape));
+  for (const GroupSpec &group : model_.groups)
+    if (hasOptimizerState(group))
+      for (const MemberSpec &member : group.members)
+        for (BufferRole role : {BufferRole::ExpAvg, BufferRole::ExpAvgSq})
+          addKey("optimizer.state." + member.fqns.front() + "." + bufferRoleName(role),
+                 tensor(group.findBuffer(role)->dtype, member.shape));
+  if (model_.optimizer.present) {
+    for (const std::string &fqn : model_.optimizerParams)
+      addKey(stepKey(fqn), tensor(dcp::DType::Float32, {}));
+    for (const char *name : kHyperParameters) {
+      dcp::StorageMetadata bytes;
+      bytes.isBytes = true;
+      addKey(std::string("optimizer.param_groups.0.") + name, bytes);
+    }
+  }
+  metadata.plannerData.emplace();
+  for (const auto &[key, storage] : metadata.stateDictMetadata) {
+    std::vector<dcp::PathPart> parts;
+    if (key.rfind("model.", 0) == 0)
+      parts = {std::string("model"), key.substr(6)};
+    else if (key.rfind("optimizer.param_groups.0.", 0) == 0)
+      parts = {std::string("optimizer"), std::string("param_groups"), int64_t(0),
+               key.substr(25)};
+    else {
+      // optimizer.state.<fqn>.<state>
+      std::string rest = key.substr(16);
+      size_t dot = rest.rfind('.');
+      parts = {std::string("optimizer"), std::string("state"), rest.substr(0, dot),
+               rest.substr(dot + 1)};
+    }
+    metadata.plannerData->emplace_back(key, std::move(parts));
+  }
+
+  for (int64_t rank = 0; rank < world_; ++rank) {
+    Result<const std::vector<WriteItem> *> writes = writesOf(rank);
+    if (!writes)
+      return makeError(writes.error());
+    for (const WriteItem &write : **writes) {
+      auto entry = entryOf.find(write.key);
+      if (entry == entryOf.end())
+        return makeError(write.key + ": planned but not a key of the model");
+      dcp::StorageMetadata &storage = metadata.stateDictMetadata[entry->second].second;
+      dcp::MetadataIndex index{write.key, std::nullopt, std::nullopt};
+      if (!storage.isBytes) {
+        index.offset = write.chunkOffsets;
+        index.index = static_cast<int64_t>(storage.chunks.size());
+        storage.chunks.push_back({write.chunkOffsets, write.chunkSizes});
+      }
+      metadata.storageData.emplace_back(
+          std::move(index),
+          dcp::StorageInfo{dataFileName(rank), write.itemOffset, write.itemLength, std::nullopt});
+    }
+    writes_.erase(rank); // O(one rank) memory while walking the world.
+  }
+  return metadata;
+}
+
+} // namespace
+
+class CheckpointPlanner::Impl : public Planner {
+public:
+  using Planner::Planner;
+};
+
+CheckpointPlanner::CheckpointPlanner(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CheckpointPlanner::CheckpointPlanner(CheckpointPlanner &&) noexcept = default;
+CheckpointPlanner &CheckpointPlanner::operator=(CheckpointPlanner &&) noexcept = default;
+CheckpointPlanner::~CheckpointPlanner() = default;
+
+Result<CheckpointPlanner> CheckpointPlanner::create(const ModelLayout &model) {
+  auto impl = std::make_unique<Impl>(model);
+  if (Status status = impl->init(); !status)
+    return makeError(status.error());
+  return CheckpointPlanner(std::move(impl));
+}
+
+Result<RankPlan> CheckpointPlanner::planRank(int64_t rank) { return impl_->planRank(rank); }
+Result<dcp::Metadata> CheckpointPlanner::globalMetadata() { return impl_->globalMetadata(); }
+
+std::string dataFileName(int64_t rank) { return "__" + std::to_string(rank) + "_0.distcp"; }
+
+Result<RankPlan> planRank(const ModelLayout &model, int64_t rank) {
+  Result<CheckpointPlanner> planner = CheckpointPlanner::create(model);
+  if (!planner)
+    return makeError(planner.error());
+  return planner->planRank(rank);
+}
+
+Result<dcp::Metadata> planGlobalMetadata(const ModelLayout &model) {
+  Result<CheckpointPlanner> planner = CheckpointPlanner::create(model);
+  if (!planner)
+    return makeError(planner.error());
+  return planner->globalMetadata();
+}
+
+uint64_t planIdentity(const ModelLayout &model) {
+  XXH3_state_t *state = XXH3_createState();
+  XXH3_64bits_reset(state);
+  auto add = [&](const std::string &text) {
+    XXH3_64bits_update(state, text.data(), text.size());
+    XXH3_64bits_update(state, "\0", 1);
+  };
+  auto addInt = [&](int64_t value) { add(std::to_string(value)); };
+  add("fsdp-plan-v" + std::to_string(kPlanFormatVersion));
+  for (size_t i = 0; i < model.meshSizes.size(); ++i) {
+    add(model.meshAxisNames[i]);
+    addInt(model.meshSizes[i]);
+  }
+  const OptimizerSpec &opt = model.optimizer;
+  addInt(opt.present);
+  addInt(opt.decoupledWeightDecay);
+  for (double value : {opt.lr, opt.beta1, opt.beta2, opt.eps, opt.weightDecay})
+    XXH3_64bits_update(state, &value, sizeof(value));
+  addInt(static_cast<int>(opt.stateDtype));
+  for (const GroupSpec &group : model.groups) {
+    add(group.unit);
+    addInt(static_cast<int>(group.dtype));
+    addInt(group.requiresGrad);
+    for (layout::Placement placement : group.placements)
+      addInt(static_cast<int>(placement));
+    addInt(group.chunk);
+    addInt(group.size);
+    addInt(group.shardSize);
+    for (const BufferSpec &buffer : group.buffers) {
+      addInt(static_cast<int>(buffer.role));
+      addInt(static_cast<int>(buffer.dtype));
+    }
+    for (const MemberSpec &member : group.members) {
+      for (const std::string &fqn : member.fqns)
+        add(fqn);
+      for (int64_t dim : member.shape)
+        addInt(dim);
+      addInt(member.offset);
+    }
+  }
+  for (const std::string &fqn : model.optimizerParams)
+    add(fqn);
+  uint64_t hash = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  return hash;
+}
+
+} // namespace plan
+} // namespace fsdp

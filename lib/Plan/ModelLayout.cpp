@@ -1,0 +1,74 @@
+//===- ModelLayout.cpp - A lowered model in plain C++ terms ---------------===//
+#include "fsdp/Plan/ModelLayout.h"
+
+#include <set>
+
+namespace fsdp {
+namespace plan {
+
+const char *bufferRoleName(BufferRole role) {
+  switch (role) {
+  case BufferRole::MainWeight:
+    return "main_weight";
+  case BufferRole::ModelWeight:
+    return "model_weight";
+  case BufferRole::MainGrad:
+    return "main_grad";
+  case BufferRole::ExpAvg:
+    return "exp_avg";
+  case BufferRole::ExpAvgSq:
+    return "exp_avg_sq";
+  }
+  return "unknown";
+}
+
+const BufferSpec *GroupSpec::findBuffer(BufferRole role) const {
+  for (const BufferSpec &buffer : buffers)
+    if (buffer.role == role)
+      return &buffer;
+  return nullptr;
+}
+
+Status checkModelLayout(const ModelLayout &model) {
+  if (model.meshAxisNames.size() != model.meshSizes.size())
+    return makeError("mesh has " + std::to_string(model.meshAxisNames.size()) +
+                     " axis names but " + std::to_string(model.meshSizes.size()) +
+                     " sizes");
+  std::set<std::string> fqns;
+  for (size_t g = 0; g < model.groups.size(); ++g) {
+    const GroupSpec &group = model.groups[g];
+    std::string where = "group " + std::to_string(g) + " (unit \"" + group.unit + "\")";
+    if (Status status = layout::checkPlacements(model.meshSizes, group.placements); !status)
+      return makeError(where + ": " + status.error());
+    std::vector<layout::Shape> shapes;
+    layout::PackedLayout packed{group.chunk, group.size, {}};
+    for (const MemberSpec &member : group.members) {
+      if (member.fqns.empty())
+        return makeError(where + ": a member has no FQN");
+      for (const std::string &fqn : member.fqns)
+        if (!fqns.insert(fqn).second)
+          return makeError(where + ": FQN '" + fqn + "' appears twice");
+      shapes.push_back(member.shape);
+      packed.offsets.push_back(member.offset);
+    }
+    if (Status status = layout::verifyLayout(shapes, packed, model.meshSizes,
+                                             group.placements);
+        !status)
+      return makeError(where + ": " + status.error());
+    int64_t shards = layout::numShards(model.meshSizes, group.placements);
+    if (group.shardSize * shards != group.size)
+      return makeError(where + ": shard size " + std::to_string(group.shardSize) +
+                       " x " + std::to_string(shards) + " shards != size " +
+                       std::to_string(group.size));
+    if (!group.findBuffer(BufferRole::MainWeight))
+      return makeError(where + ": no main_weight buffer");
+    if (group.requiresGrad && model.optimizer.present &&
+        (!group.findBuffer(BufferRole::ExpAvg) || !group.findBuffer(BufferRole::ExpAvgSq)))
+      return makeError(where + ": a trainable group of a model with an optimizer "
+                               "needs exp_avg and exp_avg_sq buffers");
+  }
+  return Status::success();
+}
+
+} // namespace plan
+} // namespace fsdp

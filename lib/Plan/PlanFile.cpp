@@ -1,0 +1,537 @@
+//===- PlanFile.cpp - The checkpoint plan file ----------------------------===//
+#include "fsdp/Plan/PlanFile.h"
+#include "PlanSchema_generated.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace fsdp {
+namespace plan {
+
+namespace {
+
+using flatbuffers::FlatBufferBuilder;
+using flatbuffers::Offset;
+
+//===----------------------------------------------------------------------===//
+// Writing
+//===----------------------------------------------------------------------===//
+
+Offset<fb::BufferRef> writeRef(FlatBufferBuilder &fbb, const BufferRef &ref) {
+  return fb::CreateBufferRef(fbb, ref.group, static_cast<uint8_t>(ref.role),
+                             ref.localOffset, ref.elements);
+}
+
+std::string buildRankPart(const RankPlan &plan) {
+  FlatBufferBuilder fbb(1024);
+  std::vector<Offset<fb::LocalBuffer>> buffers;
+  for (const LocalBuffer &buffer : plan.buffers)
+    buffers.push_back(fb::CreateLocalBuffer(
+        fbb, buffer.group, static_cast<uint8_t>(buffer.role),
+        static_cast<uint8_t>(buffer.dtype), buffer.elements, buffer.rangeBegin,
+        buffer.aliasesMainWeight));
+  std::vector<Offset<fb::DataFile>> files;
+  for (const FileSpec &file : plan.files)
+    files.push_back(fb::CreateDataFileDirect(fbb, file.name.c_str(), file.size));
+  std::vector<Offset<fb::WriteItem>> writes;
+  for (const WriteItem &item : plan.writes) {
+    auto key = fbb.CreateString(item.key);
+    auto shape = fbb.CreateVector(item.globalShape);
+    auto offsets = fbb.CreateVector(item.chunkOffsets);
+    auto sizes = fbb.CreateVector(item.chunkSizes);
+    auto ref = writeRef(fbb, item.buffer);
+    Offset<flatbuffers::Vector<uint8_t>> payload;
+    if (!item.payload.empty())
+      payload = fbb.CreateVector(reinterpret_cast<const uint8_t *>(item.payload.data()),
+                                 item.payload.size());
+    writes.push_back(fb::CreateWriteItem(
+        fbb, key, static_cast<fb::ItemSource>(item.source), static_cast<uint8_t>(item.dtype),
+        shape, offsets, sizes, ref, payload, item.file, item.itemOffset, item.itemLength,
+        item.dataOffset, item.dataLength));
+  }
+  std::vector<Offset<fb::ReadItem>> reads;
+  for (const ReadItem &item : plan.reads) {
+    auto key = fbb.CreateString(item.key);
+    auto offsets = fbb.CreateVector(item.chunkOffsets);
+    auto sizes = fbb.CreateVector(item.chunkSizes);
+    auto ref = writeRef(fbb, item.buffer);
+    auto file = fbb.CreateString(item.file);
+    reads.push_back(fb::CreateReadItem(
+        fbb, key, static_cast<fb::ItemSource>(item.source), static_cast<uint8_t>(item.dtype),
+        offsets, sizes, ref, file, item.itemOffset, item.itemLength, item.dataOffset,
+        item.dataLength));
+  }
+  auto root = fb::CreateRankPlanDirect(fbb, plan.rank, &plan.coords, &buffers, &files,
+                                       &writes, &reads);
+  fbb.Finish(root);
+  return std::string(reinterpret_cast<const char *>(fbb.GetBufferPointer()), fbb.GetSize());
+}
+
+Result<std::string> buildGlobalPart(const ModelLayout &model, CheckpointPlanner &planner) {
+  Result<dcp::Metadata> metadata = planner.globalMetadata();
+  if (!metadata)
+    return makeError(metadata.error());
+  Result<std::string> pickled = dcp::serializeMetadata(*metadata);
+  if (!pickled)
+    return makeError(pickled.error());
+  FlatBufferBuilder fbb(pickled->size() + 4096);
+  auto bytes = fbb.CreateVector(reinterpret_cast<const uint8_t *>(pickled->data()),
+                                pickled->size());
+  std::vector<Offset<fb::GroupInfo>> groups;
+  for (const GroupSpec &group : model.groups)
+    groups.push_back(fb::CreateGroupInfoDirect(fbb, group.unit.c_str(),
+                                               static_cast<uint8_t>(group.dtype),
+                                               group.requiresGrad, group.chunk, group.size,
+                                               group.shardSize));
+  auto groupVector = fbb.CreateVector(groups);
+  auto params = fbb.CreateVectorOfStrings(model.optimizerParams);
+  fbb.Finish(fb::CreateGlobalPart(fbb, bytes, groupVector, params));
+  return std::string(reinterpret_cast<const char *>(fbb.GetBufferPointer()), fbb.GetSize());
+}
+
+//===----------------------------------------------------------------------===//
+// Reading
+//===----------------------------------------------------------------------===//
+
+struct OwnedBytes : PlanFile::Bytes {
+  explicit OwnedBytes(std::string text) : storage(std::move(text)) {
+    data = reinterpret_cast<const uint8_t *>(storage.data());
+    size = storage.size();
+  }
+  std::string storage;
+};
+
+struct MappedBytes : PlanFile::Bytes {
+  ~MappedBytes() override {
+    if (data)
+      munmap(const_cast<uint8_t *>(data), size);
+  }
+};
+
+const fb::Plan *root(const PlanFile::Bytes &bytes) { return fb::GetPlan(bytes.data); }
+
+dcp::Dims dims(const flatbuffers::Vector<int64_t> *vector) {
+  return vector ? dcp::Dims(vector->begin(), vector->end()) : dcp::Dims();
+}
+
+BufferRef readRef(const fb::BufferRef *ref) {
+  if (!ref)
+    return {};
+  return {ref->group(), static_cast<BufferRole>(ref->role()), ref->local_offset(),
+          ref->elements()};
+}
+
+bool validDType(uint8_t value) {
+  return value <= static_cast<uint8_t>(dcp::DType::UInt64);
+}
+bool validRole(uint8_t value) {
+  return value <= static_cast<uint8_t>(BufferRole::ExpAvgSq);
+}
+
+} // namespace
+
+namespace {
+
+/// Serializes the parts of `ranks` (sorted, unique) with one planner.
+Result<std::string> serializePlan(const ModelLayout &model, CheckpointPlanner &planner,
+                                  const std::vector<int64_t> &ranks, bool withGlobal,
+                                  int64_t commitRank) {
+  FlatBufferBuilder fbb(1 << 16);
+  std::vector<Offset<fb::RankPart>> parts;
+  for (int64_t rank : ranks) {
+    Result<RankPlan> plan = planner.planRank(rank);
+    if (!plan)
+      return makeError("rank " + std::to_string(rank) + ": " + plan.error());
+    std::string part = buildRankPart(*plan);
+    auto bytes = fbb.CreateVector(reinterpret_cast<const uint8_t *>(part.data()), part.size());
+    parts.push_back(fb::CreateRankPart(fbb, rank, bytes));
+  }
+  Offset<flatbuffers::Vector<uint8_t>> global;
+  if (withGlobal) {
+    Result<std::string> part = buildGlobalPart(model, planner);
+    if (!part)
+      return makeError(part.error());
+    global = fbb.CreateVector(reinterpret_cast<const uint8_t *>(part->data()), part->size());
+  }
+  auto names = fbb.CreateVectorOfStrings(model.meshAxisNames);
+  auto sizes = fbb.CreateVector(model.meshSizes);
+  auto partVector = fbb.CreateVector(parts);
+  fbb.Finish(fb::CreatePlan(fbb, kPlanFormatVersion, planIdentity(model), model.worldSize(),
+                            names, sizes, commitRank, partVector, global),
+             fb::PlanIdentifier());
+  return std::string(reinterpret_cast<const char *>(fbb.GetBufferPointer()), fbb.GetSize());
+}
+
+constexpr int64_t kCommitRank = 0;
+
+Result<std::vector<int64_t>> normalizeRanks(const ModelLayout &model, std::vector<int64_t> ranks) {
+  int64_t world = model.worldSize();
+  if (ranks.empty())
+    for (int64_t rank = 0; rank < world; ++rank)
+      ranks.push_back(rank);
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  if (ranks.front() < 0 || ranks.back() >= world)
+    return makeError("rank " + std::to_string(ranks.front() < 0 ? ranks.front() : ranks.back()) +
+                     " is outside the mesh of " + std::to_string(world) + " ranks");
+  return ranks;
+}
+
+} // namespace
+
+Result<std::string> buildPlanFile(const ModelLayout &model, const PlanFileOptions &options) {
+  Result<std::vector<int64_t>> ranks = normalizeRanks(model, options.ranks);
+  if (!ranks)
+    return makeError(ranks.error());
+  Result<CheckpointPlanner> planner = CheckpointPlanner::create(model);
+  if (!planner)
+    return makeError(planner.error());
+  bool withGlobal = options.global == PlanFileOptions::Global::Always ||
+                    (options.global == PlanFileOptions::Global::IfCommitRank &&
+                     std::binary_search(ranks->begin(), ranks->end(), kCommitRank));
+  return serializePlan(model, *planner, *ranks, withGlobal, kCommitRank);
+}
+
+std::string planFileName(int64_t rank) { return "rank-" + std::to_string(rank) + ".fsdpplan"; }
+
+Result<uint64_t> writeSplitPlanFiles(const ModelLayout &model, const std::string &dir,
+                                     std::vector<int64_t> ranks) {
+  Result<std::vector<int64_t>> normalized = normalizeRanks(model, std::move(ranks));
+  if (!normalized)
+    return makeError(normalized.error());
+  Result<CheckpointPlanner> planner = CheckpointPlanner::create(model);
+  if (!planner)
+    return makeError(planner.error());
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
+    return makeError(dir + ": cannot create: " + std::strerror(errno));
+  uint64_t total = 0;
+  for (int64_t rank : *normalized) {
+    Result<std::string> bytes =
+        serializePlan(model, *planner, {rank}, rank == kCommitRank, kCommitRank);
+    if (!bytes)
+      return makeError(bytes.error());
+    std::string path = dir + "/" + planFileName(rank);
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+      return makeError(path + ": cannot create: " + std::strerror(errno));
+    const char *cursor = bytes->data();
+    size_t left = bytes->size();
+    while (left > 0) {
+      ssize_t wrote = ::write(fd, cursor, left);
+      if (wrote < 0 && errno == EINTR)
+        continue;
+      if (wrote <= 0) {
+        int error = errno;
+        ::close(fd);
+        return makeError(path + ": write failed: " + std::strerror(error));
+      }
+      cursor += wrote;
+      left -= static_cast<size_t>(wrote);
+    }
+    if (::close(fd) != 0)
+      return makeError(path + ": close failed: " + std::strerror(errno));
+    total += bytes->size();
+  }
+  return total;
+}
+
+Result<PlanFile> PlanFile::verified(std::shared_ptr<const Bytes> bytes, std::string name) {
+  if (bytes->size < 8 || !fb::PlanBufferHasIdentifier(bytes->data))
+    return makeError(name + ": not an fsdp checkpoint plan (no FSPL identifier)");
+  // Verifies the outer table; nested parts are byte vectors, checked on use.
+  flatbuffers::Verifier verifier(bytes->data, bytes->size, /*max_depth=*/16,
+                                 /*max_tables=*/10000000);
+  if (!fb::VerifyPlanBuffer(verifier))
+    return makeError(name + ": corrupt plan file (FlatBuffers verification failed)");
+  const fb::Plan *plan = root(*bytes);
+  if (plan->version() != kPlanFormatVersion)
+    return makeError(name + ": plan format version " + std::to_string(plan->version()) +
+                     " is not supported (this build reads version " +
+                     std::to_string(kPlanFormatVersion) + ")");
+  if (plan->world_size() < 1)
+    return makeError(name + ": world size must be positive");
+  if (plan->ranks())
+    for (flatbuffers::uoffset_t i = 0; i < plan->ranks()->size(); ++i) {
+      const fb::RankPart *part = plan->ranks()->Get(i);
+      if (!part || !part->plan() || part->rank() < 0 || part->rank() >= plan->world_size() ||
+          (i && plan->ranks()->Get(i - 1)->rank() >= part->rank()))
+        return makeError(name + ": corrupt plan file (rank parts out of order)");
+    }
+  return PlanFile(std::move(bytes), std::move(name));
+}
+
+Result<PlanFile> PlanFile::fromBytes(std::string bytes, std::string name) {
+  return verified(std::make_shared<OwnedBytes>(std::move(bytes)), std::move(name));
+}
+
+Result<PlanFile> PlanFile::open(const std::string &path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return makeError(path + ": cannot open plan: " + std::strerror(errno));
+  struct stat info;
+  if (fstat(fd, &info) != 0) {
+    int error = errno;
+    ::close(fd);
+    return makeError(path + ": cannot stat plan: " + std::strerror(error));
+  }
+  auto bytes = std::make_shared<MappedBytes>();
+  if (info.st_size > 0) {
+    void *mapped = mmap(nullptr, static_cast<size_t>(info.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
+    if (mapped == MAP_FAILED) {
+      int error = errno;
+      ::close(fd);
+      return makeError(path + ": cannot map plan: " + std::strerror(error));
+    }
+    bytes->data = static_cast<const uint8_t *>(mapped);
+    bytes->size = static_cast<size_t>(info.st_size);
+  }
+  ::close(fd);
+  return verified(std::move(bytes), path);
+}
+
+uint32_t PlanFile::version() const { return root(*bytes_)->version(); }
+uint64_t PlanFile::planId() const { return root(*bytes_)->plan_id(); }
+int64_t PlanFile::worldSize() const { return root(*bytes_)->world_size(); }
+int64_t PlanFile::commitRank() const { return root(*bytes_)->commit_rank(); }
+
+std::vector<std::string> PlanFile::meshAxisNames() const {
+  std::vector<std::string> names;
+  if (auto *list = root(*bytes_)->mesh_names())
+    for (const flatbuffers::String *name : *list)
+      names.push_back(name ? name->str() : "");
+  return names;
+}
+
+std::vector<int64_t> PlanFile::meshSizes() const { return dims(root(*bytes_)->mesh_sizes()); }
+
+std::vector<int64_t> PlanFile::ranks() const {
+  std::vector<int64_t> ranks;
+  if (auto *parts = root(*bytes_)->ranks())
+    for (const fb::RankPart *part : *parts)
+      ranks.push_back(part->rank());
+  return ranks;
+}
+
+bool PlanFile::hasGlobal() const { return root(*bytes_)->global() != nullptr; }
+
+Result<RankPlan> PlanFile::rank(int64_t rank) const {
+  const auto *parts = root(*bytes_)->ranks();
+  if (!parts)
+    return makeError(name_ + ": plan holds no rank parts");
+  // Parts are sorted by rank: bisect, then verify only this part.
+  auto it = std::lower_bound(parts->begin(), parts->end(), rank,
+                             [](const fb::RankPart *part, int64_t r) { return part->rank() < r; });
+  if (it == parts->end() || it->rank() != rank)
+    return makeError(name_ + ": plan has no part for rank " + std::to_string(rank) +
+                     " (world size " + std::to_string(worldSize()) + ")");
+  const flatbuffers::Vector<uint8_t> *bytes = it->plan();
+  flatbuffers::Verifier verifier(bytes->data(), bytes->size(), 16, 100000000);
+  if (!verifier.VerifyBuffer<fb::RankPlan>(nullptr))
+    return makeError(name_ + ": corrupt plan part for rank " + std::to_string(rank));
+  const fb::RankPlan *part = flatbuffers::GetRoot<fb::RankPlan>(bytes->data());
+  auto bad = [&](const std::string &what) {
+    return makeError(name_ + ": corrupt plan part for rank " + std::to_string(rank) + ": " + what);
+  };
+  RankPlan plan;
+  plan.rank = part->rank();
+  plan.coords = dims(part->coords());
+  if (part->buffers())
+    for (const fb::LocalBuffer *buffer : *part->buffers()) {
+      if (!validRole(buffer->role()) || !validDType(buffer->dtype()) || buffer->elements() < 0)
+        return bad("buffer of group " + std::to_string(buffer->group()));
+      plan.buffers.push_back({buffer->group(), static_cast<BufferRole>(buffer->role()),
+                              static_cast<dcp::DType>(buffer->dtype()), buffer->elements(),
+                              buffer->range_begin(), buffer->aliases_main_weight()});
+    }
+  if (part->files())
+    for (const fb::DataFile *file : *part->files())
+      plan.files.push_back({file->name()->str(), file->size()});
+  if (part->writes())
+    for (const fb::WriteItem *item : *part->writes()) {
+      if (!validDType(item->dtype()) || item->file() >= plan.files.size() ||
+          static_cast<uint8_t>(item->source()) > static_cast<uint8_t>(ItemSource::Bytes) ||
+          (item->buffer() && !validRole(item->buffer()->role())))
+        return bad("write item '" + item->key()->str() + "'");
+      WriteItem write;
+      write.key = item->key()->str();
+      write.source = static_cast<ItemSource>(item->source());
+      write.dtype = static_cast<dcp::DType>(item->dtype());
+      write.globalShape = dims(item->global_shape());
+      write.chunkOffsets = dims(item->chunk_offsets());
+      write.chunkSizes = dims(item->chunk_sizes());
+      write.buffer = readRef(item->buffer());
+      if (item->payload())
+        write.payload.assign(reinterpret_cast<const char *>(item->payload()->data()),
+                             item->payload()->size());
+      write.file = item->file();
+      write.itemOffset = item->item_offset();
+      write.itemLength = item->item_length();
+      write.dataOffset = item->data_offset();
+      write.dataLength = item->data_length();
+      plan.writes.push_back(std::move(write));
+    }
+  if (part->reads())
+    for (const fb::ReadItem *item : *part->reads()) {
+      if (!validDType(item->dtype()) ||
+          static_cast<uint8_t>(item->source()) > static_cast<uint8_t>(ItemSource::Bytes) ||
+          (item->buffer() && !validRole(item->buffer()->role())))
+        return bad("read item '" + item->key()->str() + "'");
+      plan.reads.push_back({item->key()->str(), static_cast<ItemSource>(item->source()),
+                            static_cast<dcp::DType>(item->dtype()), dims(item->chunk_offsets()),
+                            dims(item->chunk_sizes()), readRef(item->buffer()),
+                            item->file()->str(), item->item_offset(), item->item_length(),
+                            item->data_offset(), item->data_length()});
+    }
+  return plan;
+}
+
+namespace {
+Result<const fb::GlobalPart *> globalPart(const PlanFile::Bytes &bytes, const std::string &name) {
+  const flatbuffers::Vector<uint8_t> *global = root(bytes)->global();
+  if (!global)
+    return makeError(name + ": plan has no global part (emit it with the committing rank)");
+  flatbuffers::Verifier verifier(global->data(), global->size(), 16, 100000000);
+  if (!verifier.VerifyBuffer<fb::GlobalPart>(nullptr))
+    return makeError(name + ": corrupt global part");
+  return flatbuffers::GetRoot<fb::GlobalPart>(global->data());
+}
+} // namespace
+
+Result<std::string> PlanFile::metadataBytes() const {
+  Result<const fb::GlobalPart *> global = globalPart(*bytes_, name_);
+  if (!global)
+    return makeError(global.error());
+  if (!(*global)->metadata())
+    return makeError(name_ + ": global part has no metadata");
+  return std::string(reinterpret_cast<const char *>((*global)->metadata()->data()),
+                     (*global)->metadata()->size());
+}
+
+Result<std::vector<PlanGroupInfo>> PlanFile::groups() const {
+  Result<const fb::GlobalPart *> global = globalPart(*bytes_, name_);
+  if (!global)
+    return makeError(global.error());
+  std::vector<PlanGroupInfo> groups;
+  if ((*global)->groups())
+    for (const fb::GroupInfo *group : *(*global)->groups()) {
+      if (!validDType(group->dtype()))
+        return makeError(name_ + ": corrupt group info");
+      groups.push_back({group->unit() ? group->unit()->str() : "",
+                        static_cast<dcp::DType>(group->dtype()), group->requires_grad(),
+                        group->chunk(), group->size(), group->shard_size()});
+    }
+  return groups;
+}
+
+Result<std::vector<std::string>> PlanFile::optimizerParams() const {
+  Result<const fb::GlobalPart *> global = globalPart(*bytes_, name_);
+  if (!global)
+    return makeError(global.error());
+  std::vector<std::string> params;
+  if ((*global)->optimizer_params())
+    for (const flatbuffers::String *fqn : *(*global)->optimizer_params())
+      params.push_back(fqn ? fqn->str() : "");
+  return params;
+}
+
+Result<std::string> PlanFile::toJSON(std::optional<int64_t> onlyRank) const {
+  using nlohmann::ordered_json;
+  ordered_json out;
+  out["format"] = "fsdp-plan-v" + std::to_string(version());
+  char id[17];
+  std::snprintf(id, sizeof(id), "%016llx", static_cast<unsigned long long>(planId()));
+  out["plan_id"] = id;
+  out["world_size"] = worldSize();
+  ordered_json mesh = ordered_json::array();
+  std::vector<std::string> names = meshAxisNames();
+  std::vector<int64_t> sizes = meshSizes();
+  for (size_t i = 0; i < names.size() && i < sizes.size(); ++i)
+    mesh.push_back({{"name", names[i]}, {"size", sizes[i]}});
+  out["mesh"] = mesh;
+  out["commit_rank"] = commitRank();
+  auto dtypeName = [](dcp::DType dtype) { return dcp::dtypeInfo(dtype).name; };
+  auto sourceName = [](ItemSource source) {
+    return source == ItemSource::Buffer ? "buffer" : source == ItemSource::Step ? "step" : "bytes";
+  };
+  auto refJSON = [&](const BufferRef &ref) {
+    return ordered_json{{"group", ref.group},
+                        {"role", bufferRoleName(ref.role)},
+                        {"local_offset", ref.localOffset},
+                        {"elements", ref.elements}};
+  };
+  ordered_json rankList = ordered_json::array();
+  for (int64_t r : ranks()) {
+    if (onlyRank && *onlyRank != r)
+      continue;
+    Result<RankPlan> plan = rank(r);
+    if (!plan)
+      return makeError(plan.error());
+    ordered_json rankJSON{{"rank", plan->rank}, {"coords", plan->coords}};
+    ordered_json buffers = ordered_json::array();
+    for (const LocalBuffer &buffer : plan->buffers)
+      buffers.push_back({{"group", buffer.group},
+                         {"role", bufferRoleName(buffer.role)},
+                         {"dtype", dtypeName(buffer.dtype)},
+                         {"elements", buffer.elements},
+                         {"range_begin", buffer.rangeBegin}});
+    rankJSON["buffers"] = buffers;
+    ordered_json files = ordered_json::array();
+    for (const FileSpec &file : plan->files)
+      files.push_back({{"name", file.name}, {"size", file.size}});
+    rankJSON["files"] = files;
+    ordered_json writes = ordered_json::array();
+    for (const WriteItem &item : plan->writes) {
+      ordered_json entry{{"key", item.key}, {"source", sourceName(item.source)}};
+      if (item.source != ItemSource::Bytes) {
+        entry["dtype"] = dtypeName(item.dtype);
+        entry["global_shape"] = item.globalShape;
+        entry["chunk_offsets"] = item.chunkOffsets;
+        entry["chunk_sizes"] = item.chunkSizes;
+      }
+      if (item.source == ItemSource::Buffer)
+        entry["from"] = refJSON(item.buffer);
+      entry["file"] = plan->files[item.file].name;
+      entry["item_offset"] = item.itemOffset;
+      entry["item_length"] = item.itemLength;
+      if (item.source != ItemSource::Bytes) {
+        entry["data_offset"] = item.dataOffset;
+        entry["data_length"] = item.dataLength;
+      }
+      writes.push_back(entry);
+    }
+    rankJSON["writes"] = writes;
+    ordered_json reads = ordered_json::array();
+    for (const ReadItem &item : plan->reads) {
+      ordered_json entry{{"key", item.key}, {"source", sourceName(item.source)},
+                         {"dtype", dtypeName(item.dtype)}, {"chunk_offsets", item.chunkOffsets},
+                         {"chunk_sizes", item.chunkSizes}};
+      if (item.source == ItemSource::Buffer)
+        entry["to"] = refJSON(item.buffer);
+      entry["file"] = item.file;
+      entry["data_offset"] = item.dataOffset;
+      entry["data_length"] = item.dataLength;
+      reads.push_back(entry);
+    }
+    rankJSON["reads"] = reads;
+    rankList.push_back(rankJSON);
+  }
+  out["ranks"] = rankList;
+  if (hasGlobal()) {
+    Result<std::string> metadata = metadataBytes();
+    if (!metadata)
+      return makeError(metadata.error());
+    out["global"] = {{"metadata_bytes", metadata->size()}};
+  }
+  // Replace, not throw: a corrupt plan may hold invalid UTF-8.
+  return out.dump(1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
+}
+
+} // namespace plan
+} // namespace fsdp

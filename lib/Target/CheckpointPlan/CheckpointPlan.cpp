@@ -1,0 +1,196 @@
+//===- CheckpointPlan.cpp - Emit checkpoint plans from lowered IR ---------===//
+#include "fsdp/Target/CheckpointPlan.h"
+#include "fsdp/Dialect/FSDP/IR/FSDPUtils.h"
+#include "fsdp/Plan/PlanFile.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Tools/mlir-translate/Translation.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/Support/CommandLine.h"
+
+using namespace mlir;
+using namespace fsdp;
+
+static FailureOr<dcp::DType> toDType(Location loc, Type type) {
+  StringRef name = getDTypeName(type);
+  static const std::pair<StringRef, dcp::DType> kDTypes[] = {
+      {"f64", dcp::DType::Float64}, {"f32", dcp::DType::Float32},
+      {"bf16", dcp::DType::BFloat16}, {"f16", dcp::DType::Float16},
+      {"i64", dcp::DType::Int64},   {"i32", dcp::DType::Int32},
+      {"i16", dcp::DType::Int16},   {"i8", dcp::DType::Int8},
+      {"u8", dcp::DType::UInt8},    {"bool", dcp::DType::Bool}};
+  for (auto [dtypeName, dtype] : kDTypes)
+    if (dtypeName == name)
+      return dtype;
+  return emitError(loc) << "no checkpoint dtype for " << type;
+}
+
+static plan::BufferRole toRole(BufferRole role) {
+  switch (role) {
+  case BufferRole::MainWeight:
+    return plan::BufferRole::MainWeight;
+  case BufferRole::ModelWeight:
+    return plan::BufferRole::ModelWeight;
+  case BufferRole::MainGrad:
+    return plan::BufferRole::MainGrad;
+  case BufferRole::ExpAvg:
+    return plan::BufferRole::ExpAvg;
+  case BufferRole::ExpAvgSq:
+    return plan::BufferRole::ExpAvgSq;
+  }
+  return plan::BufferRole::MainWeight;
+}
+
+/// named_parameters() order: a module's own parameters, then its children's.
+static void collectParamsInOrder(NNModuleOp module, SmallVectorImpl<ParamOp> &out) {
+  for (ParamOp param : module.getBody().getOps<ParamOp>())
+    out.push_back(param);
+  for (NNModuleOp child : module.getBody().getOps<NNModuleOp>())
+    collectParamsInOrder(child, out);
+}
+
+FailureOr<plan::ModelLayout> fsdp::buildModelLayout(ModelOp model) {
+  FailureOr<SmallVector<ParamGroupOp>> groups =
+      getLoweredGroups(model, "--emit-checkpoint-plan");
+  if (failed(groups))
+    return failure();
+  plan::ModelLayout layout;
+  MeshOp mesh = model.getMesh();
+  for (Attribute name : mesh.getAxisNames())
+    layout.meshAxisNames.push_back(cast<StringAttr>(name).str());
+  layout.meshSizes = getLayoutMeshSizes(mesh);
+  if (OptimizerOp optimizer = model.getOptimizer()) {
+    plan::OptimizerSpec &spec = layout.optimizer;
+    spec.present = true;
+    spec.decoupledWeightDecay = optimizer.getKind() == OptimizerKind::AdamW;
+    spec.lr = optimizer.getLr().convertToDouble();
+    spec.beta1 = optimizer.getBetas()[0];
+    spec.beta2 = optimizer.getBetas()[1];
+    spec.eps = optimizer.getEps().convertToDouble();
+    spec.weightDecay = optimizer.getWeightDecay().convertToDouble();
+    FailureOr<dcp::DType> state = toDType(optimizer.getLoc(), optimizer.getState());
+    if (failed(state))
+      return failure();
+    spec.stateDtype = *state;
+  }
+  llvm::StringMap<std::string> leadingFQN;
+  for (ParamGroupOp group : *groups) {
+    plan::GroupSpec spec;
+    spec.unit = group.getUnit().str();
+    FailureOr<dcp::DType> dtype = toDType(group.getLoc(), group.getDtype());
+    if (failed(dtype))
+      return failure();
+    spec.dtype = *dtype;
+    spec.requiresGrad = group.getRequiresGrad();
+    spec.placements = getLayoutPlacements(group.getPolicy());
+    spec.chunk = *group.getChunk();
+    spec.size = *group.getSize();
+    spec.shardSize = *group.getShardSize();
+    for (Attribute attr : group.getBuffersAttr()) {
+      auto buffer = cast<BufferAttr>(attr);
+      FailureOr<dcp::DType> bufferType = toDType(group.getLoc(), buffer.getDtype());
+      if (failed(bufferType))
+        return failure();
+      spec.buffers.push_back(
+          {toRole(buffer.getRole()), *bufferType, buffer.getAliasesMainWeight()});
+    }
+    for (MemberOp member : group.getBody().getOps<MemberOp>()) {
+      plan::MemberSpec memberSpec;
+      for (Attribute fqn : member.getFqns()) {
+        memberSpec.fqns.push_back(cast<StringAttr>(fqn).str());
+        leadingFQN[cast<StringAttr>(fqn).getValue()] = member.getFQN().str();
+      }
+      ArrayRef<int64_t> shape = member.getTensorType().getShape();
+      memberSpec.shape.assign(shape.begin(), shape.end());
+      memberSpec.offset = *member.getOffset();
+      spec.members.push_back(std::move(memberSpec));
+    }
+    layout.groups.push_back(std::move(spec));
+  }
+  // The optimizer's params: trainable parameters in named_parameters()
+  // order, one entry per storage (its leading FQN).
+  SmallVector<ParamOp> params;
+  collectParamsInOrder(model.getRootModule(), params);
+  llvm::StringSet<> seen;
+  for (ParamOp param : params) {
+    auto it = leadingFQN.find(param.getFQN());
+    if (!param.getRequiresGrad() || it == leadingFQN.end())
+      continue;
+    if (seen.insert(it->second).second)
+      layout.optimizerParams.push_back(it->second);
+  }
+  if (Status status = plan::checkModelLayout(layout); !status)
+    return emitError(model.getLoc()) << "cannot plan: " << status.error();
+  return layout;
+}
+
+void fsdp::registerToCheckpointPlanTranslation() {
+  static llvm::cl::list<int64_t> planRanks(
+      "plan-ranks",
+      llvm::cl::desc("With --emit-checkpoint-plan: only these ranks' parts "
+                     "(the global metadata comes with rank 0)"),
+      llvm::cl::CommaSeparated);
+  static llvm::cl::opt<std::string> planFormat(
+      "plan-format",
+      llvm::cl::desc("With --emit-checkpoint-plan: flatbuffers (default), json "
+                     "(for people) or dcp-metadata (the .metadata pickle a save "
+                     "commits)"),
+      llvm::cl::init("flatbuffers"));
+  static llvm::cl::opt<std::string> planSplitDir(
+      "plan-split-dir",
+      llvm::cl::desc("With --emit-checkpoint-plan: write one plan file per rank "
+                     "(rank-<r>.fsdpplan) into this directory instead; the "
+                     "output gets a one-line summary"),
+      llvm::cl::init(""));
+  static TranslateFromMLIRRegistration registration(
+      "emit-checkpoint-plan",
+      "emit the per-rank checkpoint save/load plans of a lowered model",
+      [](Operation *op, raw_ostream &os) -> LogicalResult {
+        ModelOp model = findModel(op);
+        if (!model)
+          return failure();
+        if (planFormat != "flatbuffers" && planFormat != "json" &&
+            planFormat != "dcp-metadata")
+          return emitError(model.getLoc())
+                 << "--plan-format must be flatbuffers, json or dcp-metadata, got '"
+                 << planFormat << "'";
+        FailureOr<plan::ModelLayout> layout = buildModelLayout(model);
+        if (failed(layout))
+          return failure();
+        plan::PlanFileOptions options;
+        options.ranks.assign(planRanks.begin(), planRanks.end());
+        for (int64_t rank : options.ranks)
+          if (rank < 0 || rank >= layout->worldSize())
+            return emitError(model.getLoc())
+                   << "--plan-ranks: rank " << rank << " is outside the mesh of "
+                   << layout->worldSize() << " ranks";
+        if (!planSplitDir.empty()) {
+          Result<uint64_t> written =
+              plan::writeSplitPlanFiles(*layout, planSplitDir, options.ranks);
+          if (!written)
+            return emitError(model.getLoc()) << written.error();
+          os << "wrote " << (options.ranks.empty() ? layout->worldSize()
+                                                   : int64_t(options.ranks.size()))
+             << " plan files, " << *written << " bytes, to " << planSplitDir << "\n";
+          return success();
+        }
+        Result<std::string> bytes = plan::buildPlanFile(*layout, options);
+        if (!bytes)
+          return emitError(model.getLoc()) << bytes.error();
+        if (planFormat != "flatbuffers") {
+          Result<plan::PlanFile> file = plan::PlanFile::fromBytes(bytes.take());
+          if (!file)
+            return emitError(model.getLoc()) << file.error();
+          Result<std::string> text =
+              planFormat == "json" ? file->toJSON() : file->metadataBytes();
+          if (!text)
+            return emitError(model.getLoc()) << text.error();
+          os.write(text->data(), text->size());
+          return success();
+        }
+        os.write(bytes->data(), bytes->size());
+        return success();
+      },
+      [](DialectRegistry &registry) { registry.insert<FSDPDialect>(); });
+}

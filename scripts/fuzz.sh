@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets with clang (ASan + UBSan) in a separate tree
+# and runs each for the given number of seconds (default 30), seeded from the
+# real PyTorch checkpoint in test/Inputs. Crashes land in the build tree's
+# fuzz/ folder (crash-*, leak-*, timeout-*, oom-*) and fail the script.
+#   scripts/fuzz.sh [seconds]
+# Environment: FSDP_FUZZ_BUILD_DIR (default <repo>/build-fuzz),
+#              FSDP_FUZZ_CXX / FSDP_FUZZ_CC (default /usr/bin/clang++, clang).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+SECONDS_EACH="${1:-30}"
+BUILD="${FSDP_FUZZ_BUILD_DIR:-$ROOT/build-fuzz}"
+CXX="${FSDP_FUZZ_CXX:-/usr/bin/clang++}"
+CC="${FSDP_FUZZ_CC:-/usr/bin/clang}"
+FIXTURE="$ROOT/test/Inputs/torch-fsdp2-ws2/checkpoint"
+
+cmake -G Ninja -S "$ROOT" -B "$BUILD" \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_CXX_COMPILER="$CXX" -DCMAKE_C_COMPILER="$CC" \
+  -DFSDP_BUILD_COMPILER=OFF -DFSDP_BUILD_TESTS=OFF -DFSDP_BUILD_FUZZERS=ON >/dev/null
+ninja -C "$BUILD" FuzzPickle FuzzZip
+
+# Seeds: .metadata and every item's data.pkl for the unpickler; every item
+# (its byte range of a data file) and whole data files for the zip reader.
+SEEDS="$BUILD/fuzz/seeds"
+rm -rf "$SEEDS"
+mkdir -p "$SEEDS/pickle" "$SEEDS/zip"
+python3 - "$FIXTURE" "$SEEDS" <<'PY'
+import io, os, sys, zipfile
+fixture, seeds = sys.argv[1], sys.argv[2]
+open(os.path.join(seeds, "pickle", "metadata"), "wb").write(
+    open(os.path.join(fixture, ".metadata"), "rb").read())
+n = 0
+for name in sorted(os.listdir(fixture)):
+    if not name.endswith(".distcp"):
+        continue
+    data = open(os.path.join(fixture, name), "rb").read()
+    open(os.path.join(seeds, "zip", name), "wb").write(data)
+    start = 0
+    while True:  # items end with an end-of-central-directory record, no comment
+        end = data.find(b"PK\x05\x06", start)
+        if end < 0:
+            break
+        item = data[start:end + 22]
+        open(os.path.join(seeds, "zip", f"item{n}"), "wb").write(item)
+        pkl = zipfile.ZipFile(io.BytesIO(item)).read("archive/data.pkl")
+        open(os.path.join(seeds, "pickle", f"data{n}.pkl"), "wb").write(pkl)
+        n, start = n + 1, end + 22
+print(f"fuzz.sh: {n} items seeded")
+PY
+
+status=0
+for fuzzer in FuzzPickle FuzzZip; do
+  seeds="$SEEDS/pickle"
+  [[ $fuzzer == FuzzZip ]] && seeds="$SEEDS/zip"
+  corpus="$BUILD/fuzz/corpus-$fuzzer"
+  mkdir -p "$corpus"
+  echo "fuzz.sh: running $fuzzer for ${SECONDS_EACH}s"
+  if ! (cd "$BUILD/fuzz" && "./$fuzzer" -max_total_time="$SECONDS_EACH" -timeout=10 \
+          -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 "$corpus" "$seeds" \
+          > "$fuzzer.log" 2>&1); then
+    echo "fuzz.sh: $fuzzer FAILED (see $BUILD/fuzz/$fuzzer.log)"
+    tail -40 "$BUILD/fuzz/$fuzzer.log"
+    status=1
+  else
+    grep -E "^stat::(number_of_executed_units|peak_rss_mb|new_units_added)" \
+      "$BUILD/fuzz/$fuzzer.log" | sed "s/^/fuzz.sh: $fuzzer /"
+    grep -E "cov: [0-9]+" "$BUILD/fuzz/$fuzzer.log" | tail -1 | sed "s/^/fuzz.sh: $fuzzer /"
+  fi
+done
+exit $status

@@ -1,0 +1,422 @@
+//===- CheckpointPlanTest.cpp - Per-rank plans and the global metadata ----===//
+#include "fsdp/Layout/Overlap.h"
+#include "fsdp/Plan/CheckpointPlan.h"
+#include "fsdp/Plan/PlanFile.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+#include <set>
+
+using namespace fsdp;
+using namespace fsdp::plan;
+
+namespace {
+
+/// A group packed by the layout library, as the lowering does.
+GroupSpec makeGroup(const std::string &unit, std::vector<std::vector<std::string>> fqns,
+                    std::vector<layout::Shape> shapes, const std::vector<int64_t> &mesh,
+                    std::vector<layout::Placement> placements, bool trainable = true,
+                    dcp::DType dtype = dcp::DType::BFloat16) {
+  GroupSpec group;
+  group.unit = unit;
+  group.dtype = dtype;
+  group.requiresGrad = trainable;
+  group.placements = std::move(placements);
+  Result<layout::PackedLayout> packed = layout::packGroup(shapes, layout::meshSize(mesh));
+  EXPECT_TRUE(packed.ok());
+  group.chunk = packed->chunk;
+  group.size = packed->size;
+  group.shardSize = packed->size / layout::numShards(mesh, group.placements);
+  group.buffers = {{BufferRole::MainWeight, dcp::DType::Float32, false},
+                   {BufferRole::ModelWeight, dtype, dtype == dcp::DType::Float32}};
+  if (trainable)
+    group.buffers.insert(group.buffers.end(), {{BufferRole::MainGrad, dtype, false},
+                                               {BufferRole::ExpAvg, dcp::DType::Float32, false},
+                                               {BufferRole::ExpAvgSq, dcp::DType::Float32, false}});
+  for (size_t i = 0; i < shapes.size(); ++i)
+    group.members.push_back({fqns[i], shapes[i], packed->offsets[i]});
+  return group;
+}
+
+/// Reference §8.1: p0 [5,3], p1 [7], p2 [4,4] on 4 ranks.
+ModelLayout workedExample(std::vector<int64_t> mesh = {4},
+                          std::vector<layout::Placement> placements = {layout::Placement::Shard}) {
+  ModelLayout model;
+  for (size_t i = 0; i < mesh.size(); ++i)
+    model.meshAxisNames.push_back("a" + std::to_string(i));
+  model.meshSizes = mesh;
+  model.optimizer.present = true;
+  model.optimizer.decoupledWeightDecay = true;
+  model.optimizer.weightDecay = 0.01;
+  model.groups.push_back(makeGroup("", {{"p0"}, {"p1"}, {"p2"}}, {{5, 3}, {7}, {4, 4}}, mesh,
+                                   placements));
+  model.optimizerParams = {"p0", "p1", "p2"};
+  return model;
+}
+
+std::set<std::string> keysOf(const RankPlan &plan) {
+  std::set<std::string> keys;
+  for (const WriteItem &item : plan.writes)
+    keys.insert(item.key + (item.chunkOffsets.empty() ? "" : "@" + std::to_string(item.chunkOffsets[0])));
+  return keys;
+}
+
+/// Every invariant a plan must hold, over all ranks of `model`.
+void checkWholePlan(const ModelLayout &model) {
+  int64_t world = model.worldSize();
+  std::map<std::string, std::vector<layout::Box>> chunksOf;
+  std::map<std::string, dcp::Dims> shapeOf;
+  std::map<std::pair<std::string, dcp::Dims>, std::pair<int64_t, const WriteItem *>> writer;
+  std::vector<RankPlan> plans;
+  for (int64_t rank = 0; rank < world; ++rank) {
+    Result<RankPlan> plan = planRank(model, rank);
+    ASSERT_TRUE(plan.ok()) << plan.error();
+    plans.push_back(plan.take());
+  }
+  for (const RankPlan &plan : plans) {
+    uint64_t end = 0;
+    for (const WriteItem &item : plan.writes) {
+      // Items are 4 KiB aligned, in file order, and never overlap.
+      EXPECT_EQ(item.itemOffset % kItemAlignment, 0u) << item.key;
+      EXPECT_GE(item.itemOffset, end) << item.key;
+      end = item.itemOffset + item.itemLength;
+      if (item.source != ItemSource::Bytes) {
+        EXPECT_GE(item.dataOffset, item.itemOffset);
+        EXPECT_LE(item.dataOffset + item.dataLength, end);
+        EXPECT_EQ((item.dataOffset - item.itemOffset) % 64, 0u);
+      }
+      auto key = std::make_pair(item.key, item.chunkOffsets);
+      EXPECT_EQ(writer.count(key), 0u) << item.key << " written twice";
+      writer[key] = {plan.rank, &item};
+      if (item.source == ItemSource::Buffer) {
+        chunksOf[item.key].push_back({item.chunkOffsets, item.chunkSizes});
+        shapeOf[item.key] = item.globalShape;
+        int64_t elements = 1;
+        for (int64_t size : item.chunkSizes)
+          elements *= size;
+        EXPECT_EQ(elements, item.buffer.elements);
+        EXPECT_EQ(item.dataLength, elements * dcp::dtypeInfo(item.dtype).elementSize);
+      }
+    }
+    if (!plan.writes.empty())
+      EXPECT_EQ(plan.files.at(0).size, end);
+  }
+  // Every tensor key is tiled exactly by its chunks.
+  for (auto &[key, boxes] : chunksOf) {
+    layout::Box whole{dcp::Dims(shapeOf[key].size(), 0), shapeOf[key]};
+    EXPECT_TRUE(layout::covers(boxes, whole)) << key << " is not covered";
+    int64_t total = 0;
+    for (const layout::Box &box : boxes)
+      total += layout::boxElements(box);
+    EXPECT_EQ(total, layout::boxElements(whole)) << key << " has overlapping chunks";
+  }
+  // Reads: each rank reads exactly the pieces it holds, from their writer.
+  for (const RankPlan &plan : plans) {
+    for (const ReadItem &read : plan.reads) {
+      auto found = writer.find({read.key, read.chunkOffsets});
+      ASSERT_NE(found, writer.end()) << read.key << " read but never written";
+      const WriteItem &write = *found->second.second;
+      EXPECT_EQ(read.file, dataFileName(found->second.first)) << read.key;
+      EXPECT_EQ(read.dataOffset, write.dataOffset) << read.key;
+      EXPECT_EQ(read.dataLength, write.dataLength) << read.key;
+    }
+    // Same layout: the pieces this rank holds are the ones its shard writes.
+    size_t bufferReads = 0;
+    for (const ReadItem &read : plan.reads)
+      bufferReads += read.source == ItemSource::Buffer;
+    size_t held = 0;
+    for (const auto &[key, entry] : writer) {
+      const WriteItem &write = *entry.second;
+      if (write.source != ItemSource::Buffer)
+        continue;
+      const GroupSpec &group = model.groups[write.buffer.group];
+      int64_t writerShard = layout::shardIndex(entry.first, model.meshSizes, group.placements);
+      held += writerShard == layout::shardIndex(plan.rank, model.meshSizes, group.placements);
+    }
+    EXPECT_EQ(bufferReads, held) << "rank " << plan.rank;
+  }
+  // The global metadata agrees with the per-rank plans and survives a round trip.
+  Result<dcp::Metadata> metadata = planGlobalMetadata(model);
+  ASSERT_TRUE(metadata.ok()) << metadata.error();
+  EXPECT_EQ(metadata->storageData.size(), writer.size());
+  for (const auto &[index, storage] : metadata->storageData) {
+    auto found = writer.find({index.fqn, index.offset.value_or(dcp::Dims())});
+    ASSERT_NE(found, writer.end()) << index.fqn;
+    EXPECT_EQ(storage.relativePath, dataFileName(found->second.first));
+    EXPECT_EQ(storage.offset, found->second.second->itemOffset);
+    EXPECT_EQ(storage.length, found->second.second->itemLength);
+  }
+  Result<std::string> pickled = dcp::serializeMetadata(*metadata);
+  ASSERT_TRUE(pickled.ok()) << pickled.error();
+  Result<dcp::Metadata> parsed = dcp::parseMetadata(*pickled);
+  ASSERT_TRUE(parsed.ok()) << parsed.error();
+  EXPECT_TRUE(*parsed == *metadata);
+}
+
+TEST(CheckpointPlan, WorkedExamplePiecesPerRank) {
+  ModelLayout model = workedExample();
+  // §8.1: rank 0 holds p0 rows [0,4); rank 1 p0 row 4 and p2 row 0; rank 2
+  // p2 rows [1,4); rank 3 all of p1. Steps go to rank i mod 4, the 12
+  // hyper-parameters to rank (3 + j) mod 4.
+  std::vector<std::set<std::string>> expected = {
+      {"model.p0@0", "optimizer.state.p0.exp_avg@0", "optimizer.state.p0.exp_avg_sq@0",
+       "optimizer.state.p0.step", "optimizer.param_groups.0.betas",
+       "optimizer.param_groups.0.maximize", "optimizer.param_groups.0.fused"},
+      {"model.p0@4", "optimizer.state.p0.exp_avg@4", "optimizer.state.p0.exp_avg_sq@4",
+       "model.p2@0", "optimizer.state.p2.exp_avg@0", "optimizer.state.p2.exp_avg_sq@0",
+       "optimizer.state.p1.step", "optimizer.param_groups.0.eps",
+       "optimizer.param_groups.0.foreach", "optimizer.param_groups.0.decoupled_weight_decay"},
+      {"model.p2@1", "optimizer.state.p2.exp_avg@1", "optimizer.state.p2.exp_avg_sq@1",
+       "optimizer.state.p2.step", "optimizer.param_groups.0.weight_decay",
+       "optimizer.param_groups.0.capturable", "optimizer.param_groups.0.params"},
+      {"model.p1@0", "optimizer.state.p1.exp_avg@0", "optimizer.state.p1.exp_avg_sq@0",
+       "optimizer.param_groups.0.lr", "optimizer.param_groups.0.amsgrad",
+       "optimizer.param_groups.0.differentiable"}};
+  for (int64_t rank = 0; rank < 4; ++rank) {
+    Result<RankPlan> plan = planRank(model, rank);
+    ASSERT_TRUE(plan.ok()) << plan.error();
+    EXPECT_EQ(keysOf(*plan), expected[rank]) << "rank " << rank;
+  }
+  Result<RankPlan> rank1 = planRank(model, 1);
+  // p2's row 0 lies at local element 8 of rank 1's shard (§8.1).
+  for (const WriteItem &item : rank1->writes)
+    if (item.key == "model.p2") {
+      EXPECT_EQ(item.chunkOffsets, (dcp::Dims{0, 0}));
+      EXPECT_EQ(item.chunkSizes, (dcp::Dims{1, 4}));
+      EXPECT_EQ(item.buffer.localOffset, 8);
+      EXPECT_EQ(item.buffer.elements, 4);
+      EXPECT_EQ(item.dtype, dcp::DType::Float32); // main weights, not bf16
+    }
+  checkWholePlan(model);
+}
+
+TEST(CheckpointPlan, GlobalMetadataHasEveryKey) {
+  ModelLayout model = workedExample();
+  Result<dcp::Metadata> metadata = planGlobalMetadata(model);
+  ASSERT_TRUE(metadata.ok()) << metadata.error();
+  std::vector<std::string> keys;
+  for (const auto &entry : metadata->stateDictMetadata)
+    keys.push_back(entry.first);
+  std::vector<std::string> expected = {
+      "model.p0", "model.p1", "model.p2",
+      "optimizer.state.p0.exp_avg", "optimizer.state.p0.exp_avg_sq",
+      "optimizer.state.p1.exp_avg", "optimizer.state.p1.exp_avg_sq",
+      "optimizer.state.p2.exp_avg", "optimizer.state.p2.exp_avg_sq",
+      "optimizer.state.p0.step", "optimizer.state.p1.step", "optimizer.state.p2.step"};
+  for (const char *name : {"lr", "betas", "eps", "weight_decay", "amsgrad", "maximize",
+                           "foreach", "capturable", "differentiable", "fused",
+                           "decoupled_weight_decay", "params"})
+    expected.push_back(std::string("optimizer.param_groups.0.") + name);
+  EXPECT_EQ(keys, expected);
+  const dcp::StorageMetadata *p2 = metadata->find("model.p2");
+  ASSERT_NE(p2, nullptr);
+  EXPECT_EQ(p2->properties.dtype, dcp::DType::Float32);
+  ASSERT_EQ(p2->chunks.size(), 2u);
+  EXPECT_EQ(p2->chunks[0], (dcp::ChunkMetadata{{0, 0}, {1, 4}}));
+  EXPECT_EQ(p2->chunks[1], (dcp::ChunkMetadata{{1, 0}, {3, 4}}));
+  const dcp::StorageMetadata *step = metadata->find("optimizer.state.p1.step");
+  ASSERT_NE(step, nullptr);
+  EXPECT_TRUE(step->size.empty());
+  ASSERT_EQ(step->chunks.size(), 1u);
+  EXPECT_TRUE(step->chunks[0].offsets.empty());
+}
+
+TEST(CheckpointPlan, TiedParameterHasOneModelKeyPerFQN) {
+  ModelLayout model;
+  model.meshAxisNames = {"dp"};
+  model.meshSizes = {2};
+  model.optimizer.present = true;
+  model.groups.push_back(makeGroup("", {{"embed.weight", "head.weight"}, {"norm"}},
+                                   {{16, 8}, {8}}, {2}, {layout::Placement::Shard}));
+  model.optimizerParams = {"embed.weight", "norm"};
+  Result<dcp::Metadata> metadata = planGlobalMetadata(model);
+  ASSERT_TRUE(metadata.ok()) << metadata.error();
+  EXPECT_NE(metadata->find("model.embed.weight"), nullptr);
+  EXPECT_NE(metadata->find("model.head.weight"), nullptr);
+  EXPECT_NE(metadata->find("optimizer.state.embed.weight.exp_avg"), nullptr);
+  EXPECT_EQ(metadata->find("optimizer.state.head.weight.exp_avg"), nullptr);
+  checkWholePlan(model);
+}
+
+TEST(CheckpointPlan, HSDPReplicasWriteEachChunkOnceAndShareTheWork) {
+  using layout::Placement;
+  ModelLayout model;
+  model.meshAxisNames = {"outer", "inner"};
+  model.meshSizes = {3, 2};
+  model.optimizer.present = true;
+  std::vector<std::vector<std::string>> fqns;
+  std::vector<layout::Shape> shapes;
+  for (int i = 0; i < 12; ++i) {
+    fqns.push_back({"w" + std::to_string(i)});
+    shapes.push_back({8 + i, 4});
+    model.optimizerParams.push_back("w" + std::to_string(i));
+  }
+  model.groups.push_back(makeGroup("", fqns, shapes, {3, 2},
+                                   {Placement::Replicate, Placement::Shard}));
+  checkWholePlan(model);
+  // The three replicas of inner shard 0 are ranks 0, 2 and 4; their tensor
+  // bytes differ by at most one item's bytes.
+  std::vector<uint64_t> bytes;
+  uint64_t largest = 0;
+  for (int64_t rank : {0, 2, 4}) {
+    Result<RankPlan> plan = planRank(model, rank);
+    ASSERT_TRUE(plan.ok());
+    uint64_t total = 0;
+    for (const WriteItem &item : plan->writes)
+      if (item.source == ItemSource::Buffer) {
+        total += item.dataLength;
+        largest = std::max<uint64_t>(largest, item.dataLength);
+      }
+    bytes.push_back(total);
+  }
+  auto [low, high] = std::minmax_element(bytes.begin(), bytes.end());
+  EXPECT_GT(*low, 0u);
+  EXPECT_LE(*high - *low, largest);
+}
+
+TEST(CheckpointPlan, RandomModelsPlanConsistently) {
+  using layout::Placement;
+  std::mt19937_64 rng(20261129);
+  auto pick = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  for (int trial = 0; trial < 150; ++trial) {
+    ModelLayout model;
+    int axes = static_cast<int>(pick(1, 2));
+    for (int a = 0; a < axes; ++a) {
+      model.meshAxisNames.push_back("a" + std::to_string(a));
+      model.meshSizes.push_back(pick(1, 3));
+    }
+    model.optimizer.present = pick(0, 3) != 0;
+    int groups = static_cast<int>(pick(1, 3));
+    int counter = 0;
+    for (int g = 0; g < groups; ++g) {
+      std::vector<Placement> placements(axes, Placement::Shard);
+      if (axes == 2 && pick(0, 1))
+        placements[0] = Placement::Replicate;
+      std::vector<std::vector<std::string>> fqns;
+      std::vector<layout::Shape> shapes;
+      for (int m = pick(1, 5); m > 0; --m) {
+        layout::Shape shape{pick(1, 12)};
+        for (int d = pick(0, 2); d > 0; --d)
+          shape.push_back(pick(1, 4));
+        fqns.push_back({"g" + std::to_string(g) + ".p" + std::to_string(counter++)});
+        shapes.push_back(shape);
+      }
+      bool trainable = pick(0, 4) != 0;
+      model.groups.push_back(makeGroup("u" + std::to_string(g), fqns, shapes,
+                                       model.meshSizes, placements, trainable));
+      if (trainable)
+        for (const auto &names : fqns)
+          model.optimizerParams.push_back(names.front());
+    }
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    checkWholePlan(model);
+    if (::testing::Test::HasFailure())
+      return;
+  }
+}
+
+TEST(CheckpointPlan, RejectsBadInput) {
+  ModelLayout model = workedExample();
+  EXPECT_FALSE(planRank(model, 4).ok());
+  EXPECT_FALSE(planRank(model, -1).ok());
+  ModelLayout overlapping = model;
+  overlapping.groups[0].members[2].offset = 12;
+  Result<RankPlan> plan = planRank(overlapping, 0);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_NE(plan.error().find("overlaps"), std::string::npos) << plan.error();
+  ModelLayout duplicate = model;
+  duplicate.groups[0].members[1].fqns = {"p0"};
+  plan = planRank(duplicate, 0);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_NE(plan.error().find("FQN 'p0' appears twice"), std::string::npos) << plan.error();
+  ModelLayout noMoments = model;
+  noMoments.groups[0].buffers.resize(3);
+  plan = planRank(noMoments, 0);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_NE(plan.error().find("needs exp_avg and exp_avg_sq"), std::string::npos);
+}
+
+TEST(PlanFile, RoundTripsEveryRank) {
+  ModelLayout model = workedExample({2, 2}, {layout::Placement::Replicate, layout::Placement::Shard});
+  Result<std::string> bytes = buildPlanFile(model);
+  ASSERT_TRUE(bytes.ok()) << bytes.error();
+  Result<PlanFile> file = PlanFile::fromBytes(*bytes, "plan");
+  ASSERT_TRUE(file.ok()) << file.error();
+  EXPECT_EQ(file->version(), kPlanFormatVersion);
+  EXPECT_EQ(file->planId(), planIdentity(model));
+  EXPECT_EQ(file->worldSize(), 4);
+  EXPECT_EQ(file->meshSizes(), (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(file->ranks(), (std::vector<int64_t>{0, 1, 2, 3}));
+  for (int64_t rank = 0; rank < 4; ++rank) {
+    Result<RankPlan> read = file->rank(rank);
+    Result<RankPlan> direct = planRank(model, rank);
+    ASSERT_TRUE(read.ok()) << read.error();
+    ASSERT_EQ(read->writes.size(), direct->writes.size());
+    for (size_t i = 0; i < read->writes.size(); ++i) {
+      EXPECT_EQ(read->writes[i].key, direct->writes[i].key);
+      EXPECT_EQ(read->writes[i].dataOffset, direct->writes[i].dataOffset);
+      EXPECT_EQ(read->writes[i].payload, direct->writes[i].payload);
+      EXPECT_EQ(read->writes[i].chunkSizes, direct->writes[i].chunkSizes);
+    }
+    ASSERT_EQ(read->reads.size(), direct->reads.size());
+    EXPECT_EQ(read->buffers.size(), direct->buffers.size());
+  }
+  Result<std::string> metadata = file->metadataBytes();
+  ASSERT_TRUE(metadata.ok()) << metadata.error();
+  EXPECT_TRUE(dcp::parseMetadata(*metadata).ok());
+  Result<std::vector<std::string>> params = file->optimizerParams();
+  ASSERT_TRUE(params.ok());
+  EXPECT_EQ(*params, model.optimizerParams);
+  Result<std::string> json = file->toJSON(1);
+  ASSERT_TRUE(json.ok()) << json.error();
+  EXPECT_NE(json->find("\"rank\": 1"), std::string::npos);
+}
+
+TEST(PlanFile, OneRankCostsOneRank) {
+  ModelLayout model = workedExample();
+  PlanFileOptions options;
+  options.ranks = {2};
+  Result<std::string> bytes = buildPlanFile(model, options);
+  ASSERT_TRUE(bytes.ok()) << bytes.error();
+  Result<PlanFile> file = PlanFile::fromBytes(*bytes);
+  ASSERT_TRUE(file.ok());
+  EXPECT_EQ(file->ranks(), (std::vector<int64_t>{2}));
+  EXPECT_FALSE(file->hasGlobal()); // only the committing rank carries it
+  EXPECT_TRUE(file->rank(2).ok());
+  Result<RankPlan> missing = file->rank(1);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.error().find("no part for rank 1"), std::string::npos);
+  EXPECT_FALSE(file->metadataBytes().ok());
+}
+
+TEST(PlanFile, RejectsCorruptFiles) {
+  Result<std::string> bytes = buildPlanFile(workedExample());
+  ASSERT_TRUE(bytes.ok());
+  Result<PlanFile> garbage = PlanFile::fromBytes("not a plan at all");
+  ASSERT_FALSE(garbage.ok());
+  EXPECT_NE(garbage.error().find("not an fsdp checkpoint plan"), std::string::npos);
+  // Truncations and flipped bytes: refused or read, never a crash.
+  std::mt19937_64 rng(7);
+  for (int trial = 0; trial < 2000; ++trial) {
+    std::string mutated = *bytes;
+    if (trial % 2)
+      mutated.resize(std::uniform_int_distribution<size_t>(0, mutated.size() - 1)(rng));
+    else
+      for (int flips = 0; flips < 4; ++flips)
+        mutated[std::uniform_int_distribution<size_t>(0, mutated.size() - 1)(rng)] ^=
+            static_cast<char>(1 + rng() % 255);
+    Result<PlanFile> file = PlanFile::fromBytes(mutated);
+    if (!file)
+      continue;
+    for (int64_t rank : file->ranks())
+      (void)file->rank(rank);
+    (void)file->metadataBytes();
+    (void)file->toJSON();
+  }
+}
+
+} // namespace
