@@ -18,13 +18,14 @@ cmake -G Ninja -S "$ROOT" -B "$BUILD" \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_COMPILER="$CXX" -DCMAKE_C_COMPILER="$CC" \
   -DFSDP_BUILD_COMPILER=OFF -DFSDP_BUILD_TESTS=OFF -DFSDP_BUILD_FUZZERS=ON >/dev/null
-ninja -C "$BUILD" FuzzPickle FuzzZip
+ninja -C "$BUILD" FuzzPickle FuzzZip FuzzPlan MakePlanSeed
 
 # Seeds: .metadata and every item's data.pkl for the unpickler; every item
 # (its byte range of a data file) and whole data files for the zip reader.
 SEEDS="$BUILD/fuzz/seeds"
 rm -rf "$SEEDS"
-mkdir -p "$SEEDS/pickle" "$SEEDS/zip"
+mkdir -p "$SEEDS/pickle" "$SEEDS/zip" "$SEEDS/plan"
+"$BUILD/fuzz/MakePlanSeed" "$SEEDS/plan/worked-example.fsdpplan"
 python3 - "$FIXTURE" "$SEEDS" <<'PY'
 import io, os, sys, zipfile
 fixture, seeds = sys.argv[1], sys.argv[2]
@@ -50,9 +51,12 @@ print(f"fuzz.sh: {n} items seeded")
 PY
 
 status=0
-for fuzzer in FuzzPickle FuzzZip; do
+RESULTS="$BUILD/fuzz/results.txt"
+: > "$RESULTS"
+for fuzzer in FuzzPickle FuzzZip FuzzPlan; do
   seeds="$SEEDS/pickle"
   [[ $fuzzer == FuzzZip ]] && seeds="$SEEDS/zip"
+  [[ $fuzzer == FuzzPlan ]] && seeds="$SEEDS/plan"
   corpus="$BUILD/fuzz/corpus-$fuzzer"
   mkdir -p "$corpus"
   echo "fuzz.sh: running $fuzzer for ${SECONDS_EACH}s"
@@ -61,11 +65,13 @@ for fuzzer in FuzzPickle FuzzZip; do
           > "$fuzzer.log" 2>&1); then
     echo "fuzz.sh: $fuzzer FAILED (see $BUILD/fuzz/$fuzzer.log)"
     tail -40 "$BUILD/fuzz/$fuzzer.log"
+    echo "$fuzzer fail" >> "$RESULTS"
     status=1
   else
     grep -E "^stat::(number_of_executed_units|peak_rss_mb|new_units_added)" \
       "$BUILD/fuzz/$fuzzer.log" | sed "s/^/fuzz.sh: $fuzzer /"
     grep -E "cov: [0-9]+" "$BUILD/fuzz/$fuzzer.log" | tail -1 | sed "s/^/fuzz.sh: $fuzzer /"
+    echo "$fuzzer pass" >> "$RESULTS"
   fi
 done
 exit $status

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Prints "N passed, N failed[, N skipped]" from lit's xunit XML.
+"""Prints "N passed, N failed[, N skipped]" from lit's xunit XML, plus the
+fuzzers' results file ("<fuzzer> pass|fail" per line) when given.
 
 Exits 1 when any test failed or no test ran at all.
 """
@@ -7,7 +8,7 @@ import sys
 import xml.etree.ElementTree as ET
 
 
-def main(path: str) -> int:
+def main(path: str, extra: str = "") -> int:
     try:
         root = ET.parse(path).getroot()
     except (OSError, ET.ParseError) as error:
@@ -22,6 +23,17 @@ def main(path: str) -> int:
             skipped += 1
         else:
             passed += 1
+    if extra:
+        try:
+            for result in open(extra):
+                name, _, outcome = result.strip().partition(" ")
+                if outcome == "pass":
+                    passed += 1
+                elif name:
+                    failed += 1
+        except OSError:
+            print(f"summarize_tests: no fuzzer results in {extra}", file=sys.stderr)
+            failed += 1
     line = f"{passed} passed, {failed} failed"
     if skipped:
         line += f", {skipped} skipped"
@@ -30,4 +42,4 @@ def main(path: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main(*sys.argv[1:3]))

@@ -13,5 +13,14 @@ RESULTS="$BUILD/test-results.xml"
 rm -f "$RESULTS"
 status=0
 /usr/lib/llvm-22/bin/lit -sv --xunit-xml-output "$RESULTS" "$@" "$BUILD/test" || status=$?
-python3 "$ROOT/scripts/summarize_tests.py" "$RESULTS" || status=1
+# The fuzzers, briefly (FSDP_FUZZ_SECONDS each; longer by hand with
+# scripts/fuzz.sh): each counts as one test.
+FUZZ_RESULTS="${FSDP_FUZZ_BUILD_DIR:-$ROOT/build-fuzz}/fuzz/results.txt"
+rm -f "$FUZZ_RESULTS"
+FUZZ_ARGS=()
+if [[ "${FSDP_FUZZ_SECONDS:-10}" != 0 ]]; then
+  "$ROOT/scripts/fuzz.sh" "${FSDP_FUZZ_SECONDS:-10}" || status=1
+  FUZZ_ARGS=("$FUZZ_RESULTS")
+fi
+python3 "$ROOT/scripts/summarize_tests.py" "$RESULTS" "${FUZZ_ARGS[@]}" || status=1
 exit "$status"

@@ -117,8 +117,16 @@ struct MappedBytes : PlanFile::Bytes {
 
 const fb::Plan *root(const PlanFile::Bytes &bytes) { return fb::GetPlan(bytes.data); }
 
+/// Copies a vector of int64 with memcpy: FlatBuffers' verifier checks only
+/// the 4-byte length prefix's alignment, so a corrupt file may hold such a
+/// vector at an address that is not 8-byte aligned.
 dcp::Dims dims(const flatbuffers::Vector<int64_t> *vector) {
-  return vector ? dcp::Dims(vector->begin(), vector->end()) : dcp::Dims();
+  if (!vector)
+    return {};
+  dcp::Dims out(vector->size());
+  if (!out.empty())
+    std::memcpy(out.data(), vector->Data(), out.size() * sizeof(int64_t));
+  return out;
 }
 
 BufferRef readRef(const fb::BufferRef *ref) {
@@ -126,6 +134,17 @@ BufferRef readRef(const fb::BufferRef *ref) {
     return {};
   return {ref->group(), static_cast<BufferRole>(ref->role()), ref->local_offset(),
           ref->elements()};
+}
+
+/// A nested buffer's bytes, copied when they are not 8-byte aligned in
+/// memory (our writer aligns them; a foreign or corrupt file may not).
+const uint8_t *alignedNested(const flatbuffers::Vector<uint8_t> *vector, std::string &copy) {
+  const uint8_t *data = vector->data();
+  if (reinterpret_cast<uintptr_t>(data) % 8 == 0)
+    return data;
+  // std::string storage from operator new is 16-byte aligned.
+  copy.assign(reinterpret_cast<const char *>(data), vector->size());
+  return reinterpret_cast<const uint8_t *>(copy.data());
 }
 
 bool validDType(uint8_t value) {
@@ -139,6 +158,13 @@ bool validRole(uint8_t value) {
 
 namespace {
 
+/// A nested FlatBuffer, 8-byte aligned so its 64-bit fields load aligned.
+Offset<flatbuffers::Vector<uint8_t>> nestedVector(FlatBufferBuilder &fbb,
+                                                  const std::string &bytes) {
+  fbb.ForceVectorAlignment(bytes.size(), sizeof(uint8_t), 8);
+  return fbb.CreateVector(reinterpret_cast<const uint8_t *>(bytes.data()), bytes.size());
+}
+
 /// Serializes the parts of `ranks` (sorted, unique) with one planner.
 Result<std::string> serializePlan(const ModelLayout &model, CheckpointPlanner &planner,
                                   const std::vector<int64_t> &ranks, bool withGlobal,
@@ -150,7 +176,7 @@ Result<std::string> serializePlan(const ModelLayout &model, CheckpointPlanner &p
     if (!plan)
       return makeError("rank " + std::to_string(rank) + ": " + plan.error());
     std::string part = buildRankPart(*plan);
-    auto bytes = fbb.CreateVector(reinterpret_cast<const uint8_t *>(part.data()), part.size());
+    auto bytes = nestedVector(fbb, part);
     parts.push_back(fb::CreateRankPart(fbb, rank, bytes));
   }
   Offset<flatbuffers::Vector<uint8_t>> global;
@@ -158,7 +184,7 @@ Result<std::string> serializePlan(const ModelLayout &model, CheckpointPlanner &p
     Result<std::string> part = buildGlobalPart(model, planner);
     if (!part)
       return makeError(part.error());
-    global = fbb.CreateVector(reinterpret_cast<const uint8_t *>(part->data()), part->size());
+    global = nestedVector(fbb, *part);
   }
   auto names = fbb.CreateVectorOfStrings(model.meshAxisNames);
   auto sizes = fbb.CreateVector(model.meshSizes);
@@ -331,11 +357,12 @@ Result<RankPlan> PlanFile::rank(int64_t rank) const {
   if (it == parts->end() || it->rank() != rank)
     return makeError(name_ + ": plan has no part for rank " + std::to_string(rank) +
                      " (world size " + std::to_string(worldSize()) + ")");
-  const flatbuffers::Vector<uint8_t> *bytes = it->plan();
-  flatbuffers::Verifier verifier(bytes->data(), bytes->size(), 16, 100000000);
+  std::string copy;
+  const uint8_t *data = alignedNested(it->plan(), copy);
+  flatbuffers::Verifier verifier(data, it->plan()->size(), 16, 100000000);
   if (!verifier.VerifyBuffer<fb::RankPlan>(nullptr))
     return makeError(name_ + ": corrupt plan part for rank " + std::to_string(rank));
-  const fb::RankPlan *part = flatbuffers::GetRoot<fb::RankPlan>(bytes->data());
+  const fb::RankPlan *part = flatbuffers::GetRoot<fb::RankPlan>(data);
   auto bad = [&](const std::string &what) {
     return makeError(name_ + ": corrupt plan part for rank " + std::to_string(rank) + ": " + what);
   };
@@ -393,19 +420,23 @@ Result<RankPlan> PlanFile::rank(int64_t rank) const {
 }
 
 namespace {
-Result<const fb::GlobalPart *> globalPart(const PlanFile::Bytes &bytes, const std::string &name) {
+/// The global part; `copy` holds it when it had to be realigned.
+Result<const fb::GlobalPart *> globalPart(const PlanFile::Bytes &bytes, const std::string &name,
+                                          std::string &copy) {
   const flatbuffers::Vector<uint8_t> *global = root(bytes)->global();
   if (!global)
     return makeError(name + ": plan has no global part (emit it with the committing rank)");
-  flatbuffers::Verifier verifier(global->data(), global->size(), 16, 100000000);
+  const uint8_t *data = alignedNested(global, copy);
+  flatbuffers::Verifier verifier(data, global->size(), 16, 100000000);
   if (!verifier.VerifyBuffer<fb::GlobalPart>(nullptr))
     return makeError(name + ": corrupt global part");
-  return flatbuffers::GetRoot<fb::GlobalPart>(global->data());
+  return flatbuffers::GetRoot<fb::GlobalPart>(data);
 }
 } // namespace
 
 Result<std::string> PlanFile::metadataBytes() const {
-  Result<const fb::GlobalPart *> global = globalPart(*bytes_, name_);
+  std::string copy;
+  Result<const fb::GlobalPart *> global = globalPart(*bytes_, name_, copy);
   if (!global)
     return makeError(global.error());
   if (!(*global)->metadata())
@@ -415,7 +446,8 @@ Result<std::string> PlanFile::metadataBytes() const {
 }
 
 Result<std::vector<PlanGroupInfo>> PlanFile::groups() const {
-  Result<const fb::GlobalPart *> global = globalPart(*bytes_, name_);
+  std::string copy;
+  Result<const fb::GlobalPart *> global = globalPart(*bytes_, name_, copy);
   if (!global)
     return makeError(global.error());
   std::vector<PlanGroupInfo> groups;
@@ -431,7 +463,8 @@ Result<std::vector<PlanGroupInfo>> PlanFile::groups() const {
 }
 
 Result<std::vector<std::string>> PlanFile::optimizerParams() const {
-  Result<const fb::GlobalPart *> global = globalPart(*bytes_, name_);
+  std::string copy;
+  Result<const fb::GlobalPart *> global = globalPart(*bytes_, name_, copy);
   if (!global)
     return makeError(global.error());
   std::vector<std::string> params;
