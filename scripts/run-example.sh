@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job on a bundled example: import the model description, lower
 # every fully_shard unit into verified Megatron-FSDP packed layouts, print the
-# lowered IR and where each parameter lives, and write the layout JSON.
+# lowered IR and where each parameter lives, and write the layout JSON, the
+# layout picture and the per-rank checkpoint plans.
 #
 # usage: scripts/run-example.sh [MODEL.json] [--mesh NAME=SIZE,...] [--placements ...]
 #   default MODEL: examples/worked-example.json; outputs go to out/<model>/.
@@ -31,9 +32,9 @@ echo "== lower (fsdp-opt --fsdp-lower-fully-shard)"
   --fsdp-lower-fully-shard=report-canonical-mismatch \
   -o "$OUT/lowered.mlir" 2> "$OUT/remarks.txt"
 "$BIN/fsdp-translate" --emit-layout-json "$OUT/lowered.mlir" -o "$OUT/layout.json"
-if "$BIN/fsdp-translate" --help 2>/dev/null | grep -q -- --emit-layout-svg; then
-  "$BIN/fsdp-translate" --emit-layout-svg "$OUT/lowered.mlir" -o "$OUT/layout.svg"
-fi
+echo "== plan (fsdp-translate --emit-checkpoint-plan)"
+"$BIN/fsdp-translate" --emit-checkpoint-plan "$OUT/lowered.mlir" -o "$OUT/model.fsdpplan"
+"$BIN/fsdp-translate" --emit-layout-svg "$OUT/lowered.mlir" -o "$OUT/layout.svg"
 
 if [[ $(wc -c < "$OUT/lowered.mlir") -lt 20000 ]]; then
   cat "$OUT/lowered.mlir"
@@ -60,4 +61,5 @@ mismatched = sum(1 for line in open(sys.argv[2]) if "remark:" in line)
 print(f"\n{mismatched} tensors are not where canonical Shard(0) assumes: a "
       "checkpointer that ignores the packed layout would corrupt them silently.")
 PY
-echo "outputs in $OUT: model.mlir lowered.mlir layout.json remarks.txt$([[ -f $OUT/layout.svg ]] && echo ' layout.svg')"
+echo "checkpoint plan: $OUT/model.fsdpplan ($(wc -c < "$OUT/model.fsdpplan") bytes)"
+echo "outputs in $OUT: model.mlir lowered.mlir layout.json remarks.txt model.fsdpplan$([[ -f $OUT/layout.svg ]] && echo ' layout.svg')"
