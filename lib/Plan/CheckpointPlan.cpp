@@ -379,8 +379,9 @@ Result<RankPlan> Planner::planRank(int64_t rank) {
       if (written == (*source)->end())
         return makeError(item.key + ": no replica writes the chunk at row " +
                          std::to_string(item.chunkOffsets[0]));
-      plan.reads.push_back({item.key, ItemSource::Buffer, item.dtype, item.chunkOffsets,
-                            item.chunkSizes, item.buffer, dataFileName(writerOf[i]),
+      plan.reads.push_back({item.key, ItemSource::Buffer, item.dtype, item.globalShape,
+                            item.chunkOffsets, item.chunkSizes, item.buffer,
+                            dataFileName(writerOf[i]),
                             written->itemOffset, written->itemLength,
                             written->dataOffset, written->dataLength});
       if (item.param >= 0)
@@ -397,7 +398,7 @@ Result<RankPlan> Planner::planRank(int64_t rank) {
       int64_t writer = static_cast<int64_t>(i) % world_;
       uint64_t itemOffset = (static_cast<int64_t>(i) / world_) * stepItemSpan_;
       plan.reads.push_back({stepKey(model_.optimizerParams[i]), ItemSource::Step,
-                            dcp::DType::Float32, {}, {}, {}, dataFileName(writer),
+                            dcp::DType::Float32, {}, {}, {}, {}, dataFileName(writer),
                             itemOffset, (*step)->totalSize,
                             itemOffset + (*step)->dataOffset, (*step)->dataSize});
     }

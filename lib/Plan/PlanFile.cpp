@@ -63,10 +63,11 @@ std::string buildRankPart(const RankPlan &plan) {
     auto sizes = fbb.CreateVector(item.chunkSizes);
     auto ref = writeRef(fbb, item.buffer);
     auto file = fbb.CreateString(item.file);
+    auto shape = fbb.CreateVector(item.globalShape);
     reads.push_back(fb::CreateReadItem(
         fbb, key, static_cast<fb::ItemSource>(item.source), static_cast<uint8_t>(item.dtype),
         offsets, sizes, ref, file, item.itemOffset, item.itemLength, item.dataOffset,
-        item.dataLength));
+        item.dataLength, shape));
   }
   auto root = fb::CreateRankPlanDirect(fbb, plan.rank, &plan.coords, &buffers, &files,
                                        &writes, &reads);
@@ -411,7 +412,8 @@ Result<RankPlan> PlanFile::rank(int64_t rank) const {
           (item->buffer() && !validRole(item->buffer()->role())))
         return bad("read item '" + item->key()->str() + "'");
       plan.reads.push_back({item->key()->str(), static_cast<ItemSource>(item->source()),
-                            static_cast<dcp::DType>(item->dtype()), dims(item->chunk_offsets()),
+                            static_cast<dcp::DType>(item->dtype()), dims(item->global_shape()),
+                            dims(item->chunk_offsets()),
                             dims(item->chunk_sizes()), readRef(item->buffer()),
                             item->file()->str(), item->item_offset(), item->item_length(),
                             item->data_offset(), item->data_length()});

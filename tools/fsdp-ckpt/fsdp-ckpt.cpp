@@ -1,16 +1,189 @@
 //===- fsdp-ckpt.cpp - Command line over the checkpoint runtime -----------===//
+//
+// One process per rank under mpirun (a process started without mpirun is
+// world size 1); the MPI rank is the flat rank of the plan.
+//
+//===----------------------------------------------------------------------===//
+#include "fsdp/Plan/PlanFile.h"
+#include "fsdp/Runtime/Checkpoint.h"
 #include "fsdp/Runtime/Inspect.h"
 
 #include <CLI/CLI.hpp>
 
+#include <cstdio>
 #include <iostream>
+#include <sys/stat.h>
+
+using namespace fsdp;
+using namespace fsdp::runtime;
+
+namespace {
+
+struct Context {
+  std::unique_ptr<Communicator> comm;
+  std::unique_ptr<Storage> storage;
+};
+
+Result<Context> makeContext(int *argc, char ***argv, const std::string &fault) {
+  Context context;
+  if (launchedByMpi()) {
+    Result<std::unique_ptr<Communicator>> comm = createMpiCommunicator(argc, argv);
+    if (!comm)
+      return makeError(comm.error());
+    context.comm = comm.take();
+  } else {
+    context.comm = createSingleProcessCommunicator();
+  }
+  context.storage = createPosixStorage();
+  if (!fault.empty()) {
+    Result<Fault> parsed = parseFault(fault);
+    if (!parsed)
+      return makeError(parsed.error());
+    context.storage = createFaultInjectingStorage(std::move(context.storage), *parsed);
+  }
+  return context;
+}
+
+/// A plan file, or a directory of per-rank plan files (--plan-split-dir).
+Result<plan::PlanFile> openPlan(const std::string &path, int64_t rank) {
+  struct stat info;
+  if (::stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode))
+    return plan::PlanFile::open(path + "/" + plan::planFileName(rank));
+  return plan::PlanFile::open(path);
+}
+
+Result<plan::RankPlan> rankPlanFor(const plan::PlanFile &file, Communicator &comm) {
+  if (file.worldSize() != comm.size())
+    return makeError(file.name() + ": the plan is for " + std::to_string(file.worldSize()) +
+                     " ranks but " + std::to_string(comm.size()) +
+                     " are running (start one process per rank with mpirun -np " +
+                     std::to_string(file.worldSize()) + ")");
+  return file.rank(comm.rank());
+}
+
+std::string gigabytes(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.2f GB", bytes / 1e9);
+  return text;
+}
+
+std::function<void(const Progress &)> progressPrinter(const char *what, Communicator &comm) {
+  if (comm.rank() != 0)
+    return {};
+  return [what](const Progress &progress) {
+    // Only long runs get progress lines.
+    if (progress.seconds < 2.0 && progress.bytesTotal < (256u << 20))
+      return;
+    std::fprintf(stderr, "%s: rank 0 %s / %s, %.2f GB/s\n", what,
+                 gigabytes(progress.bytesDone).c_str(), gigabytes(progress.bytesTotal).c_str(),
+                 progress.seconds > 0 ? progress.bytesDone / progress.seconds / 1e9 : 0.0);
+  };
+}
+
+/// Total bytes over all ranks and the slowest rank's time, on rank 0.
+std::pair<uint64_t, double> aggregate(Communicator &comm, const TransferStats &stats) {
+  char line[64];
+  std::snprintf(line, sizeof(line), "%llu %.9f", static_cast<unsigned long long>(stats.bytes),
+                stats.seconds);
+  Result<std::vector<std::string>> all = comm.gather(line, 0);
+  uint64_t bytes = 0;
+  double seconds = 0;
+  if (all)
+    for (const std::string &entry : *all) {
+      unsigned long long b = 0;
+      double s = 0;
+      if (std::sscanf(entry.c_str(), "%llu %lf", &b, &s) == 2) {
+        bytes += b;
+        seconds = std::max(seconds, s);
+      }
+    }
+  return {bytes, seconds};
+}
+
+/// The source's tensor keys that the plan's metadata does not name.
+Status checkNoExtraTensors(const plan::PlanFile &planFile, const std::string &source) {
+  Result<std::string> planned = planFile.metadataBytes();
+  if (!planned)
+    return makeError(planned.error());
+  Result<dcp::Metadata> plannedMetadata = dcp::parseMetadata(*planned);
+  if (!plannedMetadata)
+    return makeError(planFile.name() + ": " + plannedMetadata.error());
+  std::unique_ptr<Storage> storage = createPosixStorage();
+  Result<std::unique_ptr<zip::ByteSource>> file = storage->openRead(source + "/.metadata");
+  if (!file)
+    return makeError(file.error());
+  std::string bytes((*file)->size(), '\0');
+  if (Status status = (*file)->read(0, bytes.data(), bytes.size()); !status)
+    return status;
+  Result<dcp::Metadata> sourceMetadata = dcp::parseMetadata(bytes);
+  if (!sourceMetadata)
+    return makeError(source + "/.metadata: " + sourceMetadata.error());
+  for (const auto &[key, storageMetadata] : sourceMetadata->stateDictMetadata)
+    if (!storageMetadata.isBytes && !plannedMetadata->find(key))
+      return makeError(source + " holds tensor '" + key +
+                       "', which the plan does not name (pass --allow-extra to drop it)");
+  return Status::success();
+}
+
+/// Rank 0's status on every rank.
+Status agreeOnRoot(Communicator &comm, const Status &rootStatus) {
+  Result<std::string> decided = comm.broadcast(rootStatus ? "" : rootStatus.error(), 0);
+  if (!decided)
+    return makeError(decided.error());
+  return decided->empty() ? Status::success() : Status(makeError(*decided));
+}
+
+int fail(Communicator *comm, const char *command, const std::string &message) {
+  if (!comm || comm->rank() == 0)
+    std::cerr << "fsdp-ckpt " << command << ": " << message << "\n";
+  return 1;
+}
+
+} // namespace
 
 int main(int argc, char **argv) {
-  CLI::App app{"fsdp-ckpt: inspect, save, load and verify DCP checkpoints"};
+  CLI::App app{"fsdp-ckpt: save, load, reshard, verify and inspect DCP checkpoints.\n"
+               "Run one process per rank under mpirun; without mpirun the world is one rank."};
   app.require_subcommand(1);
 
+  std::string planPath, dir, fromDir, fault;
+  int64_t seed = -1;
+  float step = 1.0f;
+  bool overwrite = false, noSync = false, allowExtra = false;
+  auto seedCheck = CLI::Range(int64_t(0), int64_t(2147483647));
+
+  CLI::App *save = app.add_subcommand("save", "Fill every rank's buffers from SEED and save them");
+  save->add_option("--plan", planPath, "Plan file (or directory of per-rank plans)")->required();
+  save->add_option("--dir", dir, "Checkpoint directory to create")->required();
+  save->add_option("--fill", seed, "Seed of the deterministic values (DESIGN.md §4.1)")
+      ->required()->check(seedCheck);
+  save->add_option("--step", step, "Optimizer step count to store");
+  save->add_flag("--overwrite", overwrite, "Replace an existing checkpoint atomically");
+  save->add_option("--inject-fault", fault, "Testing: OP:N:ERRNO, e.g. write:3:EIO");
+
+  CLI::App *load = app.add_subcommand("load", "Load a checkpoint into the plan's layout");
+  load->add_option("--plan", planPath, "Plan file (or directory of per-rank plans)")->required();
+  load->add_option("--dir", dir, "Checkpoint directory")->required();
+  load->add_option("--check", seed, "Exit 0 only if every loaded element equals SEED's value")
+      ->check(seedCheck);
+  load->add_flag("--no-sync-model-weights", noSync, "Do not refresh model_weight from main_weight");
+
+  CLI::App *reshard = app.add_subcommand(
+      "reshard", "Load any DCP checkpoint into the plan's layout and save it in ours");
+  reshard->add_option("--plan", planPath, "Plan file (or directory of per-rank plans)")->required();
+  reshard->add_option("--from", fromDir, "Source checkpoint (ours, PyTorch's, Megatron-FSDP's)")
+      ->required();
+  reshard->add_option("--to", dir, "Destination directory")->required();
+  reshard->add_flag("--overwrite", overwrite, "Replace an existing destination atomically");
+  reshard->add_flag("--allow-extra", allowExtra,
+                    "Accept source tensors the plan does not name (they are dropped)");
+
+  std::string verifyDir;
+  CLI::App *verify = app.add_subcommand("verify", "Check every byte of a checkpoint");
+  verify->add_option("dir", verifyDir, "Checkpoint directory")->required();
+
   std::string inspectDir;
-  fsdp::runtime::InspectOptions inspectOptions;
+  InspectOptions inspectOptions;
   CLI::App *inspect = app.add_subcommand(
       "inspect", "List the keys, shapes, dtypes, chunks and files of a DCP checkpoint");
   inspect->add_option("dir", inspectDir, "Checkpoint directory")->required();
@@ -19,11 +192,103 @@ int main(int argc, char **argv) {
   CLI11_PARSE(app, argc, argv);
 
   if (inspect->parsed()) {
-    fsdp::Status status = fsdp::runtime::inspectCheckpoint(inspectDir, inspectOptions, std::cout);
-    if (!status) {
-      std::cerr << "fsdp-ckpt inspect: " << status.error() << "\n";
-      return 1;
-    }
+    Status status = inspectCheckpoint(inspectDir, inspectOptions, std::cout);
+    return status ? 0 : fail(nullptr, "inspect", status.error());
   }
+  if (verify->parsed()) {
+    std::unique_ptr<Storage> storage = createPosixStorage();
+    std::string report;
+    Status status = verifyCheckpoint(verifyDir, *storage, report);
+    std::cerr << report;
+    if (!status)
+      return fail(nullptr, "verify", status.error());
+    std::cout << "verified " << verifyDir << ": every byte is covered and matches\n";
+    return 0;
+  }
+
+  const char *command = save->parsed() ? "save" : load->parsed() ? "load" : "reshard";
+  Result<Context> context = makeContext(&argc, &argv, fault);
+  if (!context)
+    return fail(nullptr, command, context.error());
+  Communicator &comm = *context->comm;
+  Storage &storage = *context->storage;
+  Result<plan::PlanFile> planFile = openPlan(planPath, comm.rank());
+  if (!planFile)
+    return fail(&comm, command, planFile.error());
+  Result<plan::RankPlan> rankPlan = rankPlanFor(*planFile, comm);
+  if (!rankPlan)
+    return fail(&comm, command, rankPlan.error());
+  Result<RankBuffers> buffers = RankBuffers::allocate(*rankPlan);
+  if (!buffers)
+    return fail(&comm, command, buffers.error());
+
+  if (save->parsed()) {
+    if (Status status = fillFromSeed(*rankPlan, *buffers, static_cast<uint32_t>(seed)); !status)
+      return fail(&comm, command, status.error());
+    SaveOptions options;
+    options.overwrite = overwrite;
+    options.step = step;
+    options.progress = progressPrinter("save", comm);
+    Result<TransferStats> stats = saveCheckpoint(*planFile, *rankPlan, *buffers, dir, comm, storage,
+                                                 options);
+    if (!stats)
+      return fail(&comm, command, stats.error());
+    auto [bytes, seconds] = aggregate(comm, *stats);
+    if (comm.rank() == 0)
+      std::printf("saved %s: %s from %lld ranks in %.3f s, %.2f GB/s\n", dir.c_str(),
+                  gigabytes(bytes).c_str(), static_cast<long long>(comm.size()), seconds,
+                  seconds > 0 ? bytes / seconds / 1e9 : 0.0);
+    return 0;
+  }
+
+  LoadOptions loadOptions;
+  loadOptions.syncModelWeights = !noSync && !reshard->parsed();
+  loadOptions.progress = progressPrinter(load->parsed() ? "load" : "reshard", comm);
+  Result<LoadResult> loaded = loadCheckpoint(*rankPlan, *buffers, load->parsed() ? dir : fromDir,
+                                             comm, storage, loadOptions);
+  if (!loaded)
+    return fail(&comm, command, loaded.error());
+
+  if (load->parsed()) {
+    Status checked = seed >= 0 ? checkAgainstSeed(*rankPlan, *buffers, static_cast<uint32_t>(seed))
+                               : Status::success();
+    auto [bytes, seconds] = aggregate(comm, loaded->stats);
+    // Every rank's verdict: one rank's mismatch fails the load everywhere.
+    Result<std::vector<std::string>> verdicts = comm.gather(checked ? "" : checked.error(), 0);
+    std::string firstError;
+    if (verdicts)
+      for (size_t r = 0; r < verdicts->size() && firstError.empty(); ++r)
+        if (!(*verdicts)[r].empty())
+          firstError = "rank " + std::to_string(r) + ": " + (*verdicts)[r];
+    Result<std::string> decided = comm.broadcast(firstError, 0);
+    if (!decided || !decided->empty())
+      return fail(&comm, command, "check failed: " + (decided ? *decided : decided.error()));
+    if (comm.rank() == 0)
+      std::printf("loaded %s: %s into %lld ranks in %.3f s, %.2f GB/s%s\n", dir.c_str(),
+                  gigabytes(bytes).c_str(), static_cast<long long>(comm.size()), seconds,
+                  seconds > 0 ? bytes / seconds / 1e9 : 0.0,
+                  seed >= 0 ? ", every element checked" : "");
+    return 0;
+  }
+
+  // reshard: the source's hyper-parameters and step come along.
+  SaveOptions options;
+  options.overwrite = overwrite;
+  options.step = loaded->step.value_or(1.0f);
+  options.bytesItems = loaded->bytesItems;
+  options.progress = progressPrinter("reshard", comm);
+  // Every source tensor must be one the plan names, unless told otherwise.
+  Status extras = Status::success();
+  if (!allowExtra && comm.rank() == 0)
+    extras = checkNoExtraTensors(*planFile, fromDir);
+  if (Status agreed = agreeOnRoot(comm, extras); !agreed)
+    return fail(&comm, command, agreed.error());
+  Result<TransferStats> stats =
+      saveCheckpoint(*planFile, *rankPlan, *buffers, dir, comm, storage, options);
+  if (!stats)
+    return fail(&comm, command, stats.error());
+  if (comm.rank() == 0)
+    std::printf("resharded %s into %s for %lld ranks\n", fromDir.c_str(), dir.c_str(),
+                static_cast<long long>(comm.size()));
   return 0;
 }

@@ -69,6 +69,7 @@ struct ReadItem {
   std::string key;
   ItemSource source = ItemSource::Buffer;
   dcp::DType dtype = dcp::DType::Float32;
+  dcp::Dims globalShape;
   dcp::Dims chunkOffsets;
   dcp::Dims chunkSizes;
   BufferRef buffer;

@@ -1,0 +1,99 @@
+//===- Checkpoint.h - Execute save and load plans --------------*- C++ -*-===//
+//
+// save: every rank writes its planned items into a staging directory beside
+// the target (zip headers as planned, data straight from its buffers, CRC32
+// and xxh3 computed while the bytes stream), fsyncs, and all ranks agree on
+// success; only then the committing rank writes the integrity index and
+// `.metadata` (tmp, fsync, rename) and renames the staging directory into
+// place (atomically exchanging it with an existing checkpoint when asked to
+// overwrite). Any failure: nothing committed, the error reported on every
+// rank, the staging directory removed.
+//
+// load: reads `.metadata` (ours or PyTorch's, through the restricted
+// unpickler), and for every piece of this rank's layout reads the bytes of
+// each overlapping saved chunk (one contiguous range per row-range overlap),
+// verifying item checksums where `.fsdp-index` has them, then refreshes
+// model_weight from main_weight. Errors name the file and key.
+//
+//===----------------------------------------------------------------------===//
+#ifndef FSDP_RUNTIME_CHECKPOINT_H
+#define FSDP_RUNTIME_CHECKPOINT_H
+
+#include "fsdp/Plan/PlanFile.h"
+#include "fsdp/Runtime/Buffers.h"
+#include "fsdp/Runtime/Communicator.h"
+#include "fsdp/Runtime/Storage.h"
+
+#include <functional>
+#include <map>
+#include <string>
+
+namespace fsdp {
+namespace runtime {
+
+struct Progress {
+  uint64_t bytesDone = 0;
+  uint64_t bytesTotal = 0;
+  double seconds = 0;
+};
+
+struct TransferStats {
+  uint64_t bytes = 0;     // this rank's item bytes written or read
+  uint64_t items = 0;
+  double seconds = 0;     // this rank's wall time for the whole operation
+};
+
+struct SaveOptions {
+  bool overwrite = false;
+  /// The optimizer step count stored in every `optimizer.state.<fqn>.step`.
+  float step = 1.0f;
+  /// Bytes items to write instead of the plan's payloads (reshard carries
+  /// the source checkpoint's hyper-parameters over), by key.
+  std::map<std::string, std::string> bytesItems;
+  std::function<void(const Progress &)> progress;
+  std::string writer = "fsdp-mlir runtime";
+};
+
+struct LoadOptions {
+  /// Refresh model_weight from main_weight by a cast after the load.
+  bool syncModelWeights = true;
+  bool verifyChecksums = true;
+  std::function<void(const Progress &)> progress;
+};
+
+struct LoadResult {
+  TransferStats stats;
+  /// The step count found in the checkpoint (of the first step item read).
+  std::optional<float> step;
+  /// The checkpoint's bytes items (hyper-parameters), by key: what a
+  /// reshard carries over.
+  std::map<std::string, std::string> bytesItems;
+};
+
+Result<TransferStats> saveCheckpoint(const plan::PlanFile &planFile, const plan::RankPlan &plan,
+                                     const RankBuffers &buffers, const std::string &dir,
+                                     Communicator &comm, Storage &storage,
+                                     const SaveOptions &options = {});
+
+Result<LoadResult> loadCheckpoint(const plan::RankPlan &plan, RankBuffers &buffers,
+                                  const std::string &dir, Communicator &comm, Storage &storage,
+                                  const LoadOptions &options = {});
+
+/// Fills every piece of this rank's main weights and optimizer state with
+/// the deterministic values of DESIGN.md §4.1 (then model_weight by a cast).
+Status fillFromSeed(const plan::RankPlan &plan, RankBuffers &buffers, uint32_t seed);
+/// Checks every piece against those values; the error names key, chunk and
+/// element of the first mismatch.
+Status checkAgainstSeed(const plan::RankPlan &plan, const RankBuffers &buffers, uint32_t seed);
+
+/// Checks every byte of a checkpoint of ours against its integrity index
+/// (items, alignment padding, `.metadata`, the index itself) and that every
+/// file `.metadata` names exists; for a PyTorch checkpoint (no index), checks
+/// the zip CRCs of every item. One line per problem in `report`; fails when
+/// any problem was found.
+Status verifyCheckpoint(const std::string &dir, Storage &storage, std::string &report);
+
+} // namespace runtime
+} // namespace fsdp
+
+#endif // FSDP_RUNTIME_CHECKPOINT_H

@@ -1,0 +1,73 @@
+//===- Storage.h - File-system operations the runtime uses -----*- C++ -*-===//
+//
+// One small interface for every file-system effect of a save or load, so
+// tests can inject faults (EIO on the Nth write, ENOSPC) without a broken
+// disk, and so other back ends (O_DIRECT, io_uring) can slot in where a
+// measurement shows they pay. Errors name the path and the errno text.
+//
+//===----------------------------------------------------------------------===//
+#ifndef FSDP_RUNTIME_STORAGE_H
+#define FSDP_RUNTIME_STORAGE_H
+
+#include "fsdp/Format/Zip.h"
+#include "fsdp/Support/Result.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace fsdp {
+namespace runtime {
+
+/// A contiguous piece of bytes to write.
+struct ByteSpan {
+  const void *data;
+  size_t size;
+};
+
+class WritableFile {
+public:
+  virtual ~WritableFile() = default;
+  /// Writes `spans` back to back starting at `offset` (all of them or an error).
+  virtual Status writeAt(uint64_t offset, const std::vector<ByteSpan> &spans) = 0;
+  virtual Status sync() = 0;
+  virtual Status close() = 0;
+  virtual const std::string &path() const = 0;
+};
+
+class Storage {
+public:
+  virtual ~Storage() = default;
+  /// Creates (truncating) a file for writing.
+  virtual Result<std::unique_ptr<WritableFile>> create(const std::string &path) = 0;
+  virtual Result<std::unique_ptr<zip::ByteSource>> openRead(const std::string &path) = 0;
+  virtual bool exists(const std::string &path) = 0;
+  virtual Status makeDir(const std::string &path) = 0;
+  /// Removes a file or a directory tree; a missing path is not an error.
+  virtual Status removeTree(const std::string &path) = 0;
+  virtual Status rename(const std::string &from, const std::string &to) = 0;
+  /// Atomically swaps two existing paths (renameat2 RENAME_EXCHANGE).
+  virtual Status exchange(const std::string &a, const std::string &b) = 0;
+  /// Makes a directory's entries durable (fsync on the directory).
+  virtual Status syncDir(const std::string &path) = 0;
+};
+
+std::unique_ptr<Storage> createPosixStorage();
+
+/// Fails the `nth` (1-based) call of one operation with `error` (an errno
+/// value), then behaves normally: what the EIO/ENOSPC tests use.
+struct Fault {
+  enum class Op { Write, Sync, Create, Rename } op = Op::Write;
+  int nth = 1;
+  int error = 5; // EIO
+};
+std::unique_ptr<Storage> createFaultInjectingStorage(std::unique_ptr<Storage> base, Fault fault);
+
+/// Parses "write:3:EIO", "sync:1:ENOSPC", "create:2:EACCES", "rename:1:EIO".
+Result<Fault> parseFault(const std::string &text);
+
+} // namespace runtime
+} // namespace fsdp
+
+#endif // FSDP_RUNTIME_STORAGE_H

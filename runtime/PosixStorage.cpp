@@ -1,0 +1,263 @@
+//===- PosixStorage.cpp - Storage over POSIX files ------------------------===//
+#include "fsdp/Runtime/FileSource.h"
+#include "fsdp/Runtime/Storage.h"
+
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <dirent.h>
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+namespace fsdp {
+namespace runtime {
+
+namespace {
+
+Error errnoError(const std::string &path, const std::string &what, int error) {
+  return makeError(path + ": " + what + ": " + std::strerror(error));
+}
+
+class PosixFile : public WritableFile {
+public:
+  PosixFile(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  ~PosixFile() override {
+    if (fd_ >= 0)
+      ::close(fd_);
+  }
+  const std::string &path() const override { return path_; }
+
+  Status writeAt(uint64_t offset, const std::vector<ByteSpan> &spans) override {
+    std::vector<iovec> iov;
+    for (const ByteSpan &span : spans)
+      if (span.size)
+        iov.push_back({const_cast<void *>(span.data), span.size});
+    size_t next = 0;
+    while (next < iov.size()) {
+      int count = static_cast<int>(std::min<size_t>(iov.size() - next, IOV_MAX));
+      ssize_t wrote = ::pwritev(fd_, iov.data() + next, count, static_cast<off_t>(offset));
+      if (wrote < 0) {
+        if (errno == EINTR)
+          continue;
+        return errnoError(path_, "write at " + std::to_string(offset) + " failed", errno);
+      }
+      if (wrote == 0)
+        return errnoError(path_, "write made no progress", ENOSPC);
+      offset += static_cast<uint64_t>(wrote);
+      // Advance past what was written, possibly inside one iovec.
+      size_t left = static_cast<size_t>(wrote);
+      while (left > 0 && next < iov.size()) {
+        if (left >= iov[next].iov_len) {
+          left -= iov[next].iov_len;
+          ++next;
+        } else {
+          iov[next].iov_base = static_cast<char *>(iov[next].iov_base) + left;
+          iov[next].iov_len -= left;
+          left = 0;
+        }
+      }
+    }
+    return Status::success();
+  }
+
+  Status sync() override {
+    if (::fsync(fd_) != 0)
+      return errnoError(path_, "fsync failed", errno);
+    return Status::success();
+  }
+
+  Status close() override {
+    int fd = fd_;
+    fd_ = -1;
+    if (fd >= 0 && ::close(fd) != 0)
+      return errnoError(path_, "close failed", errno);
+    return Status::success();
+  }
+
+private:
+  std::string path_;
+  int fd_;
+};
+
+class PosixStorage : public Storage {
+public:
+  Result<std::unique_ptr<WritableFile>> create(const std::string &path) override {
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+      return errnoError(path, "cannot create", errno);
+    return std::unique_ptr<WritableFile>(new PosixFile(path, fd));
+  }
+  Result<std::unique_ptr<zip::ByteSource>> openRead(const std::string &path) override {
+    Result<std::unique_ptr<FileSource>> file = FileSource::open(path);
+    if (!file)
+      return makeError(file.error());
+    return std::unique_ptr<zip::ByteSource>(file.take());
+  }
+  bool exists(const std::string &path) override {
+    struct stat info;
+    return ::lstat(path.c_str(), &info) == 0;
+  }
+  Status makeDir(const std::string &path) override {
+    if (::mkdir(path.c_str(), 0755) != 0)
+      return errnoError(path, "cannot create directory", errno);
+    return Status::success();
+  }
+  Status removeTree(const std::string &path) override {
+    struct stat info;
+    if (::lstat(path.c_str(), &info) != 0)
+      return errno == ENOENT ? Status::success() : Status(errnoError(path, "cannot stat", errno));
+    if (S_ISDIR(info.st_mode)) {
+      DIR *dir = ::opendir(path.c_str());
+      if (!dir)
+        return errnoError(path, "cannot open directory", errno);
+      std::vector<std::string> names;
+      while (dirent *entry = ::readdir(dir)) {
+        std::string name = entry->d_name;
+        if (name != "." && name != "..")
+          names.push_back(name);
+      }
+      ::closedir(dir);
+      for (const std::string &name : names)
+        if (Status status = removeTree(path + "/" + name); !status)
+          return status;
+      if (::rmdir(path.c_str()) != 0)
+        return errnoError(path, "cannot remove directory", errno);
+      return Status::success();
+    }
+    if (::unlink(path.c_str()) != 0)
+      return errnoError(path, "cannot remove", errno);
+    return Status::success();
+  }
+  Status rename(const std::string &from, const std::string &to) override {
+    if (::rename(from.c_str(), to.c_str()) != 0)
+      return errnoError(from, "cannot rename to " + to, errno);
+    return Status::success();
+  }
+  Status exchange(const std::string &a, const std::string &b) override {
+    if (::syscall(SYS_renameat2, AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE) != 0)
+      return errnoError(a, "cannot exchange with " + b, errno);
+    return Status::success();
+  }
+  Status syncDir(const std::string &path) override {
+    int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+      return errnoError(path, "cannot open directory", errno);
+    int result = ::fsync(fd);
+    int error = errno;
+    ::close(fd);
+    if (result != 0)
+      return errnoError(path, "fsync of directory failed", error);
+    return Status::success();
+  }
+};
+
+class FaultyFile : public WritableFile {
+public:
+  FaultyFile(std::unique_ptr<WritableFile> base, Fault fault, int &writes, int &syncs)
+      : base_(std::move(base)), fault_(fault), writes_(writes), syncs_(syncs) {}
+  const std::string &path() const override { return base_->path(); }
+  Status writeAt(uint64_t offset, const std::vector<ByteSpan> &spans) override {
+    if (fault_.op == Fault::Op::Write && ++writes_ == fault_.nth)
+      return errnoError(path(), "write at " + std::to_string(offset) + " failed (injected)",
+                        fault_.error);
+    return base_->writeAt(offset, spans);
+  }
+  Status sync() override {
+    if (fault_.op == Fault::Op::Sync && ++syncs_ == fault_.nth)
+      return errnoError(path(), "fsync failed (injected)", fault_.error);
+    return base_->sync();
+  }
+  Status close() override { return base_->close(); }
+
+private:
+  std::unique_ptr<WritableFile> base_;
+  Fault fault_;
+  int &writes_;
+  int &syncs_;
+};
+
+class FaultInjectingStorage : public Storage {
+public:
+  FaultInjectingStorage(std::unique_ptr<Storage> base, Fault fault)
+      : base_(std::move(base)), fault_(fault) {}
+  Result<std::unique_ptr<WritableFile>> create(const std::string &path) override {
+    if (fault_.op == Fault::Op::Create && ++creates_ == fault_.nth)
+      return errnoError(path, "cannot create (injected)", fault_.error);
+    Result<std::unique_ptr<WritableFile>> file = base_->create(path);
+    if (!file)
+      return file;
+    return std::unique_ptr<WritableFile>(new FaultyFile(file.take(), fault_, writes_, syncs_));
+  }
+  Result<std::unique_ptr<zip::ByteSource>> openRead(const std::string &path) override {
+    return base_->openRead(path);
+  }
+  bool exists(const std::string &path) override { return base_->exists(path); }
+  Status makeDir(const std::string &path) override { return base_->makeDir(path); }
+  Status removeTree(const std::string &path) override { return base_->removeTree(path); }
+  Status rename(const std::string &from, const std::string &to) override {
+    if (fault_.op == Fault::Op::Rename && ++renames_ == fault_.nth)
+      return errnoError(from, "cannot rename to " + to + " (injected)", fault_.error);
+    return base_->rename(from, to);
+  }
+  Status exchange(const std::string &a, const std::string &b) override {
+    if (fault_.op == Fault::Op::Rename && ++renames_ == fault_.nth)
+      return errnoError(a, "cannot exchange with " + b + " (injected)", fault_.error);
+    return base_->exchange(a, b);
+  }
+  Status syncDir(const std::string &path) override { return base_->syncDir(path); }
+
+private:
+  std::unique_ptr<Storage> base_;
+  Fault fault_;
+  int writes_ = 0, syncs_ = 0, creates_ = 0, renames_ = 0;
+};
+
+} // namespace
+
+std::unique_ptr<Storage> createPosixStorage() { return std::make_unique<PosixStorage>(); }
+
+std::unique_ptr<Storage> createFaultInjectingStorage(std::unique_ptr<Storage> base, Fault fault) {
+  return std::make_unique<FaultInjectingStorage>(std::move(base), fault);
+}
+
+Result<Fault> parseFault(const std::string &text) {
+  Fault fault;
+  size_t first = text.find(':'), second = text.find(':', first + 1);
+  if (first == std::string::npos || second == std::string::npos)
+    return makeError("fault '" + text + "': expected OP:N:ERRNO, e.g. write:3:EIO");
+  std::string op = text.substr(0, first), nth = text.substr(first + 1, second - first - 1),
+              error = text.substr(second + 1);
+  if (op == "write")
+    fault.op = Fault::Op::Write;
+  else if (op == "sync")
+    fault.op = Fault::Op::Sync;
+  else if (op == "create")
+    fault.op = Fault::Op::Create;
+  else if (op == "rename")
+    fault.op = Fault::Op::Rename;
+  else
+    return makeError("fault '" + text + "': unknown operation '" + op +
+                     "' (write, sync, create, rename)");
+  char *end = nullptr;
+  long n = std::strtol(nth.c_str(), &end, 10);
+  if (nth.empty() || *end || n < 1)
+    return makeError("fault '" + text + "': N must be a positive integer");
+  fault.nth = static_cast<int>(n);
+  if (error == "EIO")
+    fault.error = EIO;
+  else if (error == "ENOSPC")
+    fault.error = ENOSPC;
+  else if (error == "EACCES")
+    fault.error = EACCES;
+  else
+    return makeError("fault '" + text + "': unknown errno '" + error + "' (EIO, ENOSPC, EACCES)");
+  return fault;
+}
+
+} // namespace runtime
+} // namespace fsdp

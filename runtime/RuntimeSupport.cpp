@@ -1,0 +1,108 @@
+//===- RuntimeSupport.cpp - Helpers shared by save, load and verify -------===//
+#include "RuntimeSupport.h"
+
+namespace fsdp {
+namespace runtime {
+
+Result<const zip::ItemLayout *> ItemLayoutCache::get(dcp::DType dtype, const dcp::Dims &sizes) {
+  auto &slot = layouts_[{dtype, sizes}];
+  if (!slot) {
+    Result<zip::TensorRecord> record = zip::contiguousTensor(dtype, sizes);
+    if (!record)
+      return makeError(record.error());
+    Result<std::string> pickled = zip::encodeTensorPickle(*record);
+    if (!pickled)
+      return makeError(pickled.error());
+    uint64_t elements = 1;
+    for (int64_t size : sizes)
+      elements *= static_cast<uint64_t>(size);
+    Result<zip::ItemLayout> layout =
+        zip::planTensorItem(*pickled, elements * dcp::dtypeInfo(dtype).elementSize);
+    if (!layout)
+      return makeError(layout.error());
+    slot = std::make_unique<zip::ItemLayout>(layout.take());
+  }
+  return slot.get();
+}
+
+std::string itemChecksumKey(const std::string &key, const dcp::Dims &offsets, bool isTensor) {
+  if (!isTensor)
+    return key;
+  std::string text = key + "@[";
+  for (size_t i = 0; i < offsets.size(); ++i)
+    text += (i ? ", " : "") + std::to_string(offsets[i]);
+  return text + "]";
+}
+
+std::string baseName(const std::string &path) {
+  size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+std::string parentDir(const std::string &path) {
+  size_t slash = path.rfind('/');
+  if (slash == std::string::npos)
+    return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+std::string trimSlashes(const std::string &path) {
+  std::string out = path;
+  while (out.size() > 1 && out.back() == '/')
+    out.pop_back();
+  return out;
+}
+
+std::string stagingDirFor(const std::string &target) { return target + ".fsdp-staging"; }
+
+Status writeFileDurably(Storage &storage, const std::string &dir, const std::string &name,
+                        const std::string &bytes) {
+  std::string temporary = dir + "/" + name + ".tmp";
+  Result<std::unique_ptr<WritableFile>> file = storage.create(temporary);
+  if (!file)
+    return makeError(file.error());
+  if (Status status = (*file)->writeAt(0, {{bytes.data(), bytes.size()}}); !status)
+    return status;
+  if (Status status = (*file)->sync(); !status)
+    return status;
+  if (Status status = (*file)->close(); !status)
+    return status;
+  return storage.rename(temporary, dir + "/" + name);
+}
+
+std::string encodeOutcome(const Status &status, const std::string &payload) {
+  if (status)
+    return "O" + payload;
+  return "E" + status.error();
+}
+
+Outcome decodeOutcome(const std::string &bytes) {
+  if (!bytes.empty() && bytes[0] == 'O')
+    return {Status::success(), bytes.substr(1)};
+  return {makeError(bytes.empty() ? "no answer" : bytes.substr(1)), ""};
+}
+
+Status agree(Communicator &comm, const Status &local, int64_t root) {
+  Result<std::vector<std::string>> gathered = comm.gather(encodeOutcome(local), root);
+  if (!gathered)
+    return makeError(gathered.error());
+  std::string verdict;
+  if (comm.rank() == root)
+    for (size_t r = 0; r < gathered->size(); ++r) {
+      Outcome outcome = decodeOutcome((*gathered)[r]);
+      if (!outcome.status) {
+        verdict = comm.size() > 1 ? "rank " + std::to_string(r) + ": " + outcome.status.error()
+                                  : outcome.status.error();
+        break;
+      }
+    }
+  Result<std::string> decided = comm.broadcast(verdict, root);
+  if (!decided)
+    return makeError(decided.error());
+  if (!decided->empty())
+    return makeError(*decided);
+  return Status::success();
+}
+
+} // namespace runtime
+} // namespace fsdp

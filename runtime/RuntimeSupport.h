@@ -1,0 +1,56 @@
+//===- RuntimeSupport.h - Helpers shared by save, load and verify -*- C++ -*-===//
+#ifndef FSDP_RUNTIME_RUNTIMESUPPORT_H
+#define FSDP_RUNTIME_RUNTIMESUPPORT_H
+
+#include "fsdp/Format/DcpMetadata.h"
+#include "fsdp/Format/Zip.h"
+#include "fsdp/Runtime/Communicator.h"
+#include "fsdp/Runtime/Storage.h"
+
+#include <map>
+#include <memory>
+#include <string>
+
+namespace fsdp {
+namespace runtime {
+
+/// Planned tensor-item zips by (dtype, chunk sizes): the same bytes the
+/// planner sized, so offsets agree.
+class ItemLayoutCache {
+public:
+  Result<const zip::ItemLayout *> get(dcp::DType dtype, const dcp::Dims &sizes);
+
+private:
+  std::map<std::pair<dcp::DType, dcp::Dims>, std::unique_ptr<zip::ItemLayout>> layouts_;
+};
+
+/// The integrity index's name for an item: the key, plus the chunk offsets
+/// for tensors ("model.w@[4, 0]").
+std::string itemChecksumKey(const std::string &key, const dcp::Dims &offsets, bool isTensor);
+
+std::string baseName(const std::string &path);
+std::string parentDir(const std::string &path);
+std::string trimSlashes(const std::string &path);
+/// Where a save into `target` stages its files: beside it, so the commit is
+/// a rename within one directory.
+std::string stagingDirFor(const std::string &target);
+
+/// dir/name.tmp, fsync, rename to dir/name.
+Status writeFileDurably(Storage &storage, const std::string &dir, const std::string &name,
+                        const std::string &bytes);
+
+/// A rank's status plus a payload, as one gatherable string.
+struct Outcome {
+  Status status;
+  std::string payload;
+};
+std::string encodeOutcome(const Status &status, const std::string &payload = "");
+Outcome decodeOutcome(const std::string &bytes);
+
+/// Every rank learns the first error of any rank (named by rank), or success.
+Status agree(Communicator &comm, const Status &local, int64_t root);
+
+} // namespace runtime
+} // namespace fsdp
+
+#endif // FSDP_RUNTIME_RUNTIMESUPPORT_H

@@ -1,0 +1,264 @@
+//===- Save.cpp - Execute a save plan -------------------------------------===//
+#include "fsdp/Format/IntegrityIndex.h"
+#include "fsdp/Format/Zip.h"
+#include "fsdp/Runtime/Checkpoint.h"
+#include "RuntimeSupport.h"
+
+#include <chrono>
+#include <cstring>
+
+namespace fsdp {
+namespace runtime {
+
+namespace {
+
+/// Streams one item: header, data, trailer, with CRC32 of the data and xxh3
+/// of the whole item computed block by block while the data is hot.
+struct ItemWriter {
+  ItemLayoutCache &layouts;
+  WritableFile &file;
+  std::vector<integrity::ItemChecksum> &checksums;
+  uint64_t bytes = 0;
+
+  Status writeTensor(const plan::WriteItem &item, const void *data) {
+    Result<const zip::ItemLayout *> cached = layouts.get(item.dtype, item.chunkSizes);
+    if (!cached)
+      return makeError(item.key + ": " + cached.error());
+    const zip::ItemLayout &layout = **cached;
+    if (layout.totalSize != item.itemLength ||
+        item.itemOffset + layout.dataOffset != item.dataOffset || layout.dataSize != item.dataLength)
+      return makeError(item.key + ": the plan's item layout does not match this runtime's "
+                                  "(re-emit the plan with this build)");
+    const char *bytesIn = static_cast<const char *>(data);
+    integrity::StreamingXxh3 hash;
+    hash.update(layout.header.data(), layout.header.size());
+    uint32_t crc = 0;
+    constexpr uint64_t kBlock = 1 << 20;
+    for (uint64_t at = 0; at < layout.dataSize; at += kBlock) {
+      uint64_t size = std::min(kBlock, layout.dataSize - at);
+      crc = zip::crc32(bytesIn + at, size, crc);
+      hash.update(bytesIn + at, size);
+    }
+    zip::ItemLayout filled = layout; // the trailer carries this item's CRC
+    filled.setDataCrc(crc);
+    hash.update(filled.trailer.data(), filled.trailer.size());
+    if (Status status = file.writeAt(item.itemOffset, {{filled.header.data(), filled.header.size()},
+                                                       {data, layout.dataSize},
+                                                       {filled.trailer.data(), filled.trailer.size()}});
+        !status)
+      return makeError(status.error() + " (item " + item.key + ")");
+    checksums.push_back({itemChecksumKey(item.key, item.chunkOffsets, item.source != plan::ItemSource::Bytes),
+                         baseName(file.path()), item.itemOffset, item.itemLength, hash.digest()});
+    bytes += item.itemLength;
+    return Status::success();
+  }
+
+  Status writeBytes(const plan::WriteItem &item, const std::string &payload) {
+    if (Status status = file.writeAt(item.itemOffset, {{payload.data(), payload.size()}}); !status)
+      return makeError(status.error() + " (item " + item.key + ")");
+    checksums.push_back({itemChecksumKey(item.key, item.chunkOffsets, false), baseName(file.path()),
+                         item.itemOffset, payload.size(),
+                         integrity::xxh3(payload.data(), payload.size())});
+    bytes += payload.size();
+    return Status::success();
+  }
+};
+
+/// This rank's part of the save: its data file in the staging directory.
+Status writeRankFile(const plan::RankPlan &plan, const RankBuffers &buffers,
+                     const std::string &staging, Storage &storage, const SaveOptions &options,
+                     std::vector<integrity::ItemChecksum> &checksums, TransferStats &stats) {
+  if (plan.writes.empty())
+    return Status::success();
+  if (plan.files.size() != 1)
+    return makeError("rank " + std::to_string(plan.rank) + ": the plan names " +
+                     std::to_string(plan.files.size()) + " data files; this runtime writes one");
+  Result<std::unique_ptr<WritableFile>> file = storage.create(staging + "/" + plan.files[0].name);
+  if (!file)
+    return makeError(file.error());
+  ItemLayoutCache layouts;
+  ItemWriter writer{layouts, **file, checksums};
+  auto start = std::chrono::steady_clock::now();
+  uint64_t total = 0, reported = 0;
+  for (const plan::WriteItem &item : plan.writes)
+    total += item.itemLength;
+  for (const plan::WriteItem &item : plan.writes) {
+    Status status;
+    switch (item.source) {
+    case plan::ItemSource::Buffer: {
+      Result<BufferView> view = buffers.get(item.buffer.group, item.buffer.role);
+      if (!view)
+        return makeError(item.key + ": " + view.error());
+      uint64_t elementSize = dcp::dtypeInfo(view->dtype).elementSize;
+      if (view->dtype != item.dtype)
+        return makeError(item.key + ": buffer holds " + dcp::dtypeInfo(view->dtype).name +
+                         " but the plan saves " + dcp::dtypeInfo(item.dtype).name);
+      if (item.buffer.localOffset < 0 || item.buffer.elements < 0 ||
+          static_cast<uint64_t>(item.buffer.localOffset + item.buffer.elements) * elementSize >
+              view->bytes)
+        return makeError(item.key + ": the plan reads past the end of its buffer");
+      status = writer.writeTensor(item, static_cast<const char *>(view->data) +
+                                            item.buffer.localOffset * elementSize);
+      break;
+    }
+    case plan::ItemSource::Step:
+      status = writer.writeTensor(item, &options.step);
+      break;
+    case plan::ItemSource::Bytes: {
+      auto replaced = options.bytesItems.find(item.key);
+      status = writer.writeBytes(item, replaced != options.bytesItems.end() ? replaced->second
+                                                                            : item.payload);
+      break;
+    }
+    }
+    if (!status)
+      return status;
+    if (options.progress && (writer.bytes - reported > (256u << 20) || writer.bytes == total)) {
+      reported = writer.bytes;
+      options.progress({writer.bytes, total,
+                        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()});
+    }
+  }
+  if (Status status = (*file)->sync(); !status)
+    return status;
+  if (Status status = (*file)->close(); !status)
+    return status;
+  stats.bytes = writer.bytes;
+  stats.items = plan.writes.size();
+  return Status::success();
+}
+
+/// Bytes items whose payload changed size (carried over from another
+/// checkpoint) move their end; `.metadata` must say so.
+Result<std::string> patchBytesLengths(const std::string &metadataBytes,
+                                      const std::vector<integrity::ItemChecksum> &items) {
+  Result<dcp::Metadata> metadata = dcp::parseMetadata(metadataBytes);
+  if (!metadata)
+    return makeError("the plan's .metadata: " + metadata.error());
+  bool changed = false;
+  for (auto &[index, info] : metadata->storageData) {
+    if (index.offset)
+      continue;
+    for (const integrity::ItemChecksum &item : items)
+      if (item.key == index.fqn && item.file == info.relativePath && item.offset == info.offset &&
+          item.length != info.length) {
+        info.length = item.length;
+        changed = true;
+      }
+  }
+  if (!changed)
+    return metadataBytes;
+  return dcp::serializeMetadata(*metadata);
+}
+
+/// The committing rank's part: index, `.metadata`, then the rename.
+Status commit(const plan::PlanFile &planFile, const std::string &staging, const std::string &target,
+              bool targetExists, Storage &storage, const SaveOptions &options,
+              const std::vector<integrity::ItemChecksum> &items) {
+  Result<std::string> planned = planFile.metadataBytes();
+  if (!planned)
+    return makeError(planned.error());
+  Result<std::string> metadata = patchBytesLengths(*planned, items);
+  if (!metadata)
+    return makeError(metadata.error());
+  integrity::IntegrityIndex index;
+  index.planId = planFile.planId();
+  index.writer = options.writer;
+  index.metadataLength = metadata->size();
+  index.metadataXxh3 = integrity::xxh3(metadata->data(), metadata->size());
+  index.items = items;
+  if (Status status = writeFileDurably(storage, staging, integrity::kIndexFileName,
+                                       integrity::serializeIndex(index));
+      !status)
+    return status;
+  // `.metadata` last: its appearance is DCP's commit point.
+  if (Status status = writeFileDurably(storage, staging, ".metadata", *metadata); !status)
+    return status;
+  if (Status status = storage.syncDir(staging); !status)
+    return status;
+  if (targetExists) {
+    if (Status status = storage.exchange(staging, target); !status)
+      return status;
+    // The previous checkpoint now sits at the staging path.
+    if (Status status = storage.removeTree(staging); !status)
+      return status;
+  } else if (Status status = storage.rename(staging, target); !status) {
+    return status;
+  }
+  return storage.syncDir(parentDir(target));
+}
+
+} // namespace
+
+Result<TransferStats> saveCheckpoint(const plan::PlanFile &planFile, const plan::RankPlan &plan,
+                                     const RankBuffers &buffers, const std::string &dir,
+                                     Communicator &comm, Storage &storage,
+                                     const SaveOptions &options) {
+  auto start = std::chrono::steady_clock::now();
+  const int64_t root = planFile.commitRank();
+  std::string target = trimSlashes(dir);
+  std::string staging = stagingDirFor(target);
+  if (comm.size() != planFile.worldSize())
+    return makeError("the plan is for " + std::to_string(planFile.worldSize()) +
+                     " ranks but " + std::to_string(comm.size()) + " are running");
+
+  // 1. Everyone checks the target; the committing rank prepares the staging
+  //    directory (removing one a crashed save left behind).
+  bool targetExists = storage.exists(target);
+  Status prepared;
+  if (targetExists && !options.overwrite)
+    prepared = makeError(target + ": a checkpoint already exists (pass --overwrite to replace it)");
+  else if (comm.rank() == root) {
+    prepared = storage.removeTree(staging);
+    if (prepared)
+      prepared = storage.makeDir(staging);
+  }
+  if (Status agreed = agree(comm, prepared, root); !agreed)
+    return makeError(agreed.error());
+
+  // 2. Every rank writes and fsyncs its items.
+  TransferStats stats;
+  std::vector<integrity::ItemChecksum> checksums;
+  Status wrote = writeRankFile(plan, buffers, staging, storage, options, checksums, stats);
+
+  // 3. All agree, the committing rank gathers the checksums and commits.
+  integrity::IntegrityIndex mine;
+  mine.items = std::move(checksums);
+  Result<std::vector<std::string>> gathered =
+      comm.gather(encodeOutcome(wrote, integrity::serializeIndex(mine)), root);
+  if (!gathered)
+    return makeError(gathered.error());
+  std::string verdict;
+  if (comm.rank() == root) {
+    std::vector<integrity::ItemChecksum> all;
+    Status everyone = Status::success();
+    for (size_t r = 0; r < gathered->size() && everyone; ++r) {
+      Outcome outcome = decodeOutcome((*gathered)[r]);
+      if (!outcome.status) {
+        everyone = makeError("rank " + std::to_string(r) + ": " + outcome.status.error());
+        break;
+      }
+      Result<integrity::IntegrityIndex> part = integrity::parseIndex(outcome.payload);
+      if (!part) {
+        everyone = makeError("rank " + std::to_string(r) + " sent corrupt checksums: " + part.error());
+        break;
+      }
+      all.insert(all.end(), part->items.begin(), part->items.end());
+    }
+    if (everyone)
+      everyone = commit(planFile, staging, target, targetExists, storage, options, all);
+    if (!everyone)
+      (void)storage.removeTree(staging); // nothing committed; the target is untouched
+    verdict = everyone ? "" : everyone.error();
+  }
+  Result<std::string> decided = comm.broadcast(verdict, root);
+  if (!decided)
+    return makeError(decided.error());
+  if (!decided->empty())
+    return makeError("save to " + target + " failed, nothing committed: " + *decided);
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return stats;
+}
+
+} // namespace runtime
+} // namespace fsdp

@@ -1,0 +1,373 @@
+//===- Values.cpp - Deterministic test values and dtype casts -------------===//
+//
+// The test value generator walks the residue r = S mod 65521 of
+// S = i * 7919 + SEED * 104729 + fnv1a32(k) incrementally (r += 7919, minus
+// 65521 when it passes), so filling and checking cost an add, a compare and a
+// conversion per element; one modulo starts each run. S is a uint64 sum that
+// wraps (DESIGN.md §4.1): a run is cut where S + 7919 would pass 2^64 and
+// the residue is recomputed there, so even absurd indices follow the formula.
+//
+// Each dtype instantiates the loops with its own inlined conversion: no
+// per-element dispatch, no allocation.
+//
+//===----------------------------------------------------------------------===//
+#include "fsdp/Runtime/Values.h"
+
+#include <charconv>
+#include <cstring>
+#include <limits>
+#include <string>
+
+namespace fsdp {
+namespace runtime {
+
+namespace {
+
+constexpr uint64_t kIndexMul = 7919;
+constexpr uint64_t kSeedMul = 104729;
+constexpr uint32_t kModulus = 65521;
+constexpr int32_t kBias = 32760;
+
+inline uint32_t floatBits(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  return bits;
+}
+
+inline float bitsFloat(uint32_t bits) {
+  float value;
+  std::memcpy(&value, &bits, sizeof value);
+  return value;
+}
+
+inline uint16_t toBFloat16(float value) {
+  uint32_t bits = floatBits(value);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) // NaN: keep sign and top payload, make it quiet
+    return static_cast<uint16_t>((bits >> 16) | 0x0040u);
+  // Round to nearest even: add just under half an ulp, plus one when the
+  // kept lsb is odd. Overflow carries into the exponent, up to infinity.
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+inline uint16_t toHalf(float value) {
+  uint32_t bits = floatBits(value);
+  uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
+  uint32_t mag = bits & 0x7fffffffu;
+  if (mag > 0x7f800000u) // NaN: keep the top 10 payload bits, set the quiet bit
+    return static_cast<uint16_t>(sign | 0x7e00u | ((mag >> 13) & 0x3ffu));
+  if (mag >= 0x477ff000u) // >= 65520 = 65504 + half an ulp (ties go to even: inf)
+    return static_cast<uint16_t>(sign | 0x7c00u);
+  if (mag >= 0x38800000u) { // >= 2^-14: normal half
+    uint32_t rebased = mag - 0x38000000u; // exponent bias 127 -> 15
+    rebased += 0xfffu + ((rebased >> 13) & 1u);
+    return static_cast<uint16_t>(sign | (rebased >> 13));
+  }
+  if (mag <= 0x33000000u) // <= 2^-25: rounds to zero (2^-25 itself ties to even 0)
+    return sign;
+  // Subnormal half: the result counts units of 2^-24.
+  uint32_t exponent = mag >> 23; // 102..112
+  uint32_t mantissa = (mag & 0x7fffffu) | 0x800000u;
+  uint32_t shift = 126 - exponent; // 14..24
+  uint32_t units = mantissa >> shift;
+  uint32_t rest = mantissa & ((1u << shift) - 1);
+  uint32_t halfway = 1u << (shift - 1);
+  if (rest > halfway || (rest == halfway && (units & 1u)))
+    ++units; // may become 0x400, the smallest normal: still the right encoding
+  return static_cast<uint16_t>(sign | units);
+}
+
+inline float fromBFloat16(uint16_t value) { return bitsFloat(static_cast<uint32_t>(value) << 16); }
+
+inline float fromHalf(uint16_t value) {
+  uint32_t sign = static_cast<uint32_t>(value & 0x8000u) << 16;
+  uint32_t exponent = (value >> 10) & 0x1fu;
+  uint32_t mantissa = value & 0x3ffu;
+  if (exponent == 0) {
+    // Zero or subnormal: mantissa * 2^-24, exact in f32.
+    float magnitude = static_cast<float>(mantissa) * 5.9604644775390625e-8f;
+    return bitsFloat(floatBits(magnitude) | sign);
+  }
+  if (exponent == 0x1f) // infinity, NaN (payload kept)
+    return bitsFloat(sign | 0x7f800000u | (mantissa << 13));
+  return bitsFloat(sign | ((exponent + 112) << 23) | (mantissa << 13));
+}
+
+/// S mod 65521 for element `index`, with S wrapped to 64 bits.
+inline uint64_t wrappedSum(uint32_t keyHash, uint64_t index, uint32_t seed) {
+  return index * kIndexMul + static_cast<uint64_t>(seed) * kSeedMul + keyHash;
+}
+
+/// Calls run(residue, offset, n) for consecutive pieces of [first, first +
+/// count) in which S does not wrap, so the residue may be stepped by 7919.
+template <typename Run>
+inline bool forEachRun(uint32_t keyHash, uint64_t first, uint64_t count, uint32_t seed, Run run) {
+  uint64_t offset = 0;
+  while (count) {
+    uint64_t sum = wrappedSum(keyHash, first, seed);
+    uint64_t room = (std::numeric_limits<uint64_t>::max() - sum) / kIndexMul + 1;
+    uint64_t n = count < room ? count : room;
+    if (!run(static_cast<uint32_t>(sum % kModulus), offset, n))
+      return false;
+    first += n;
+    offset += n;
+    count -= n;
+  }
+  return true;
+}
+
+inline uint32_t step(uint32_t residue) {
+  residue += static_cast<uint32_t>(kIndexMul);
+  return residue >= kModulus ? residue - kModulus : residue;
+}
+
+template <typename T, typename Make>
+void fillRun(uint32_t residue, uint64_t n, unsigned char *out, Make make) {
+  for (uint64_t j = 0; j < n; ++j) {
+    T value = make(static_cast<int32_t>(residue) - kBias);
+    std::memcpy(out + j * sizeof(T), &value, sizeof(T));
+    residue = step(residue);
+  }
+}
+
+/// The offset of the first element whose bytes differ, or n.
+template <typename T, typename Make>
+uint64_t checkRun(uint32_t residue, uint64_t n, const unsigned char *in, Make make) {
+  for (uint64_t j = 0; j < n; ++j) {
+    T value = make(static_cast<int32_t>(residue) - kBias);
+    if (std::memcmp(&value, in + j * sizeof(T), sizeof(T)) != 0)
+      return j;
+    residue = step(residue);
+  }
+  return n;
+}
+
+template <typename T> std::string numberText(T value) {
+  char buffer[64];
+  auto result = std::to_chars(buffer, buffer + sizeof buffer, value);
+  return std::string(buffer, result.ptr);
+}
+
+/// Floats print as the shortest double that round-trips: the exact decimal
+/// of every test value (-69.0390625, not the f32-shortest -69.03906), as
+/// Python prints it.
+std::string floatText(float value) { return numberText(static_cast<double>(value)); }
+
+template <typename T> struct Tag {
+  using type = T;
+};
+
+/// Calls visit(Tag<Storage>, make, text) for a dtype with test values, where
+/// make(N) is the stored element and text(element) prints it; returns false
+/// for dtypes without them.
+template <typename Visit> bool visitDType(dcp::DType dtype, Visit visit) {
+  using dcp::DType;
+  switch (dtype) {
+  case DType::Float64:
+    visit(Tag<double>{}, [](int32_t n) { return static_cast<double>(n) * (1.0 / 256); },
+          [](double v) { return numberText(v); });
+    return true;
+  case DType::Float32:
+    visit(Tag<float>{}, [](int32_t n) { return static_cast<float>(n) * (1.0f / 256); },
+          [](float v) { return floatText(v); });
+    return true;
+  case DType::BFloat16:
+    visit(Tag<uint16_t>{},
+          [](int32_t n) { return toBFloat16(static_cast<float>(n) * (1.0f / 256)); },
+          [](uint16_t v) { return floatText(fromBFloat16(v)); });
+    return true;
+  case DType::Float16:
+    visit(Tag<uint16_t>{}, [](int32_t n) { return toHalf(static_cast<float>(n) * (1.0f / 256)); },
+          [](uint16_t v) { return floatText(fromHalf(v)); });
+    return true;
+  case DType::Int64:
+    visit(Tag<int64_t>{}, [](int32_t n) { return static_cast<int64_t>(n); },
+          [](int64_t v) { return numberText(v); });
+    return true;
+  case DType::Int32:
+    visit(Tag<int32_t>{}, [](int32_t n) { return n; }, [](int32_t v) { return numberText(v); });
+    return true;
+  case DType::Int16:
+    visit(Tag<int16_t>{}, [](int32_t n) { return static_cast<int16_t>(n); },
+          [](int16_t v) { return numberText(v); });
+    return true;
+  case DType::Int8: // two's complement wrap (as torch's int -> int8 cast)
+    visit(Tag<int8_t>{}, [](int32_t n) { return static_cast<int8_t>(static_cast<uint8_t>(n)); },
+          [](int8_t v) { return numberText(static_cast<int>(v)); });
+    return true;
+  case DType::UInt8:
+    visit(Tag<uint8_t>{}, [](int32_t n) { return static_cast<uint8_t>(n); },
+          [](uint8_t v) { return numberText(static_cast<unsigned>(v)); });
+    return true;
+  case DType::UInt16:
+    visit(Tag<uint16_t>{}, [](int32_t n) { return static_cast<uint16_t>(n); },
+          [](uint16_t v) { return numberText(static_cast<unsigned>(v)); });
+    return true;
+  case DType::UInt32:
+    visit(Tag<uint32_t>{}, [](int32_t n) { return static_cast<uint32_t>(n); },
+          [](uint32_t v) { return numberText(v); });
+    return true;
+  case DType::UInt64:
+    visit(Tag<uint64_t>{}, [](int32_t n) { return static_cast<uint64_t>(static_cast<int64_t>(n)); },
+          [](uint64_t v) { return numberText(v); });
+    return true;
+  case DType::Bool:
+    visit(Tag<uint8_t>{}, [](int32_t n) { return static_cast<uint8_t>(n % 2 != 0); },
+          [](uint8_t v) { return numberText(static_cast<unsigned>(v)); });
+    return true;
+  default:
+    return false;
+  }
+}
+
+std::string dtypeName(dcp::DType dtype) {
+  const dcp::DTypeInfo &info = dcp::dtypeInfo(dtype);
+  if (info.dtype != dtype)
+    return "#" + std::to_string(static_cast<unsigned>(dtype));
+  return info.name;
+}
+
+Error noTestValues(dcp::DType dtype) {
+  return makeError("no test values are defined for dtype " + dtypeName(dtype));
+}
+
+bool isCastable(dcp::DType dtype) {
+  return dtype == dcp::DType::Float64 || dtype == dcp::DType::Float32 ||
+         dtype == dcp::DType::BFloat16 || dtype == dcp::DType::Float16;
+}
+
+template <typename From, typename To, typename Convert>
+void castLoop(const void *in, void *out, uint64_t count, Convert convert) {
+  const unsigned char *src = static_cast<const unsigned char *>(in);
+  unsigned char *dst = static_cast<unsigned char *>(out);
+  for (uint64_t j = 0; j < count; ++j) {
+    From value;
+    std::memcpy(&value, src + j * sizeof(From), sizeof(From));
+    To result = convert(value);
+    std::memcpy(dst + j * sizeof(To), &result, sizeof(To));
+  }
+}
+
+/// Loops from `from` to a fixed destination `To` through `convert(Wide)`;
+/// reading as `Wide` is exact except f64 -> f32 (rounded to nearest even).
+template <typename Wide, typename To, typename Convert>
+bool castFrom(dcp::DType from, const void *in, void *out, uint64_t count, Convert convert) {
+  using dcp::DType;
+  switch (from) {
+  case DType::Float64:
+    castLoop<double, To>(in, out, count, [&](double v) { return convert(static_cast<Wide>(v)); });
+    return true;
+  case DType::Float32:
+    castLoop<float, To>(in, out, count, [&](float v) { return convert(static_cast<Wide>(v)); });
+    return true;
+  case DType::BFloat16:
+    castLoop<uint16_t, To>(in, out, count,
+                           [&](uint16_t v) { return convert(static_cast<Wide>(fromBFloat16(v))); });
+    return true;
+  case DType::Float16:
+    castLoop<uint16_t, To>(in, out, count,
+                           [&](uint16_t v) { return convert(static_cast<Wide>(fromHalf(v))); });
+    return true;
+  default:
+    return false;
+  }
+}
+
+} // namespace
+
+uint32_t fnv1a32(std::string_view text) {
+  uint32_t hash = 2166136261u;
+  for (unsigned char c : text) {
+    hash ^= c;
+    hash *= 16777619u;
+  }
+  return hash;
+}
+
+int32_t testValue(uint32_t keyHash, uint64_t elementIndex, uint32_t seed) {
+  return static_cast<int32_t>(wrappedSum(keyHash, elementIndex, seed) % kModulus) - kBias;
+}
+
+Status fillTestValues(dcp::DType dtype, uint32_t keyHash, uint64_t firstElement, uint64_t count,
+                      uint32_t seed, void *out) {
+  unsigned char *bytes = static_cast<unsigned char *>(out);
+  bool known = visitDType(dtype, [&](auto tag, auto make, auto) {
+    using T = typename decltype(tag)::type;
+    forEachRun(keyHash, firstElement, count, seed, [&](uint32_t residue, uint64_t offset, uint64_t n) {
+      fillRun<T>(residue, n, bytes + offset * sizeof(T), make);
+      return true;
+    });
+  });
+  if (!known)
+    return noTestValues(dtype);
+  return Status::success();
+}
+
+Status checkTestValues(dcp::DType dtype, uint32_t keyHash, uint64_t firstElement, uint64_t count,
+                       uint32_t seed, const void *data) {
+  const unsigned char *bytes = static_cast<const unsigned char *>(data);
+  std::string mismatch;
+  bool known = visitDType(dtype, [&](auto tag, auto make, auto text) {
+    using T = typename decltype(tag)::type;
+    forEachRun(keyHash, firstElement, count, seed, [&](uint32_t residue, uint64_t offset, uint64_t n) {
+      const unsigned char *run = bytes + offset * sizeof(T);
+      uint64_t at = checkRun<T>(residue, n, run, make);
+      if (at == n)
+        return true;
+      uint64_t index = firstElement + offset + at;
+      T found;
+      std::memcpy(&found, run + at * sizeof(T), sizeof(T));
+      T expected = make(testValue(keyHash, index, seed));
+      mismatch = "element " + std::to_string(index) + ": found " + text(found) + ", expected " +
+                 text(expected);
+      return false;
+    });
+  });
+  if (!known)
+    return noTestValues(dtype);
+  if (!mismatch.empty())
+    return makeError(std::move(mismatch));
+  return Status::success();
+}
+
+uint16_t floatToBFloat16(float value) { return toBFloat16(value); }
+uint16_t floatToHalf(float value) { return toHalf(value); }
+float bfloat16ToFloat(uint16_t value) { return fromBFloat16(value); }
+float halfToFloat(uint16_t value) { return fromHalf(value); }
+
+Status castElements(dcp::DType from, const void *in, dcp::DType to, void *out, uint64_t count) {
+  if (from == to) {
+    // Any dtype: a copy is the identity cast. memmove: in == out is fine.
+    if (count)
+      std::memmove(out, in, count * dcp::dtypeInfo(from).elementSize);
+    return Status::success();
+  }
+  if (!isCastable(from) || !isCastable(to))
+    return makeError("cannot cast " + dtypeName(from) + " to " + dtypeName(to) +
+                     ": only float64, float32, bfloat16 and float16 casts are supported");
+  // Wider sources go through f32 for the 16-bit targets, as c10::BFloat16 and
+  // c10::Half (constructed from float) do for a double tensor's .to().
+  bool ok = false;
+  switch (to) {
+  case dcp::DType::Float64:
+    ok = castFrom<double, double>(from, in, out, count, [](double v) { return v; });
+    break;
+  case dcp::DType::Float32:
+    ok = castFrom<float, float>(from, in, out, count, [](float v) { return v; });
+    break;
+  case dcp::DType::BFloat16:
+    ok = castFrom<float, uint16_t>(from, in, out, count, [](float v) { return toBFloat16(v); });
+    break;
+  case dcp::DType::Float16:
+    ok = castFrom<float, uint16_t>(from, in, out, count, [](float v) { return toHalf(v); });
+    break;
+  default:
+    break;
+  }
+  if (!ok)
+    return makeError("cannot cast " + dtypeName(from) + " to " + dtypeName(to));
+  return Status::success();
+}
+
+} // namespace runtime
+} // namespace fsdp
