@@ -19,7 +19,11 @@ Result<RankBuffers> RankBuffers::allocate(const plan::RankPlan &plan) {
   for (const plan::LocalBuffer &buffer : plan.buffers) {
     if (buffer.aliasesMainWeight)
       continue;
-    uint64_t bytes = static_cast<uint64_t>(buffer.elements) * dcp::dtypeInfo(buffer.dtype).elementSize;
+    uint64_t elementSize = dcp::dtypeInfo(buffer.dtype).elementSize;
+    if (buffer.elements < 0 || static_cast<uint64_t>(buffer.elements) > (uint64_t(1) << 50) / elementSize)
+      return makeError(bufferName(buffer.group, buffer.role) + " of " +
+                       std::to_string(buffer.elements) + " elements is out of range");
+    uint64_t bytes = static_cast<uint64_t>(buffer.elements) * elementSize;
     // Rounded up to the alignment, as aligned_alloc requires.
     uint64_t rounded = (bytes + 4095) / 4096 * 4096;
     void *memory = rounded ? std::aligned_alloc(4096, rounded) : nullptr;

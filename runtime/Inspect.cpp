@@ -71,6 +71,16 @@ Status inspectCheckpoint(const std::string &dir, const InspectOptions &options,
     use.second += info.length;
   }
   std::map<std::string, std::unique_ptr<FileSource>> files;
+  // A value that cannot be read is shown, and fails the command at the end.
+  std::string unreadable;
+  auto valueText = [&](const std::string &key, const dcp::StorageInfo &info) {
+    Result<std::string> value = bytesItemValue(dir, info, files);
+    if (value)
+      return *value;
+    if (unreadable.empty())
+      unreadable = key + ": " + value.error();
+    return "<unreadable: " + value.error() + ">";
+  };
   size_t tensors = 0;
   for (const auto &entry : metadata->stateDictMetadata)
     tensors += !entry.second.isBytes;
@@ -90,10 +100,8 @@ Status inspectCheckpoint(const std::string &dir, const InspectOptions &options,
           item["file"] = found->second->relativePath;
           item["offset"] = found->second->offset;
           item["length"] = found->second->length;
-          if (options.values) {
-            Result<std::string> value = bytesItemValue(dir, *found->second, files);
-            item["value"] = value ? *value : "<" + value.error() + ">";
-          }
+          if (options.values)
+            item["value"] = valueText(key, *found->second);
         }
       } else {
         item["kind"] = "tensor";
@@ -120,7 +128,7 @@ Status inspectCheckpoint(const std::string &dir, const InspectOptions &options,
       fileList.push_back({{"name", name}, {"items", use.first}, {"bytes", use.second}});
     json["files"] = fileList;
     out << json.dump(1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
-    return Status::success();
+    return unreadable.empty() ? Status::success() : Status(makeError(unreadable));
   }
 
   out << "checkpoint " << dir << ": " << metadata->stateDictMetadata.size() << " keys ("
@@ -134,10 +142,8 @@ Status inspectCheckpoint(const std::string &dir, const InspectOptions &options,
       if (found != storageOf.end()) {
         out << "  " << found->second->relativePath << " @" << found->second->offset << " +"
             << found->second->length;
-        if (options.values) {
-          Result<std::string> value = bytesItemValue(dir, *found->second, files);
-          out << "  = " << (value ? *value : "<" + value.error() + ">");
-        }
+        if (options.values)
+          out << "  = " << valueText(key, *found->second);
       }
       out << "\n";
       continue;
@@ -159,7 +165,7 @@ Status inspectCheckpoint(const std::string &dir, const InspectOptions &options,
   out << "files:\n";
   for (const auto &[name, use] : fileUse)
     out << "  " << name << "  " << use.first << " items, " << use.second << " bytes\n";
-  return Status::success();
+  return unreadable.empty() ? Status::success() : Status(makeError(unreadable));
 }
 
 } // namespace runtime

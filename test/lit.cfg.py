@@ -17,6 +17,10 @@ config.substitutions.append(("%PATH%", config.environment["PATH"]))
 config.substitutions.append(("%fsdp_src_root", config.fsdp_src_root))
 config.substitutions.append(("%fsdp_obj_root", config.fsdp_obj_root))
 config.substitutions.append(("%examples", os.path.join(config.fsdp_src_root, "examples")))
+# One process per rank, as root in CI, more ranks than cores.
+config.substitutions.append(("%mpirun", "mpirun --allow-run-as-root --oversubscribe"))
+config.environment["OMPI_MCA_btl"] = "self,vader,tcp"
+config.environment["OMPI_MCA_btl_vader_single_copy_mechanism"] = "none"
 
 llvm_config.use_default_substitutions()
 llvm_config.with_system_environment(["HOME", "TMPDIR"])

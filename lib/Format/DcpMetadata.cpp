@@ -715,6 +715,13 @@ Status validateMetadata(const Metadata &metadata) {
       return "dcp metadata: storage_data entry '" + index.fqn + "'" +
              (index.offset ? " at " + dimsText(*index.offset) : "");
     };
+    // Data files are plain names inside the checkpoint directory; a path
+    // could make a reader open files outside it.
+    if (info.relativePath.empty() || info.relativePath.find('/') != std::string::npos ||
+        info.relativePath.find('\\') != std::string::npos || info.relativePath == "." ||
+        info.relativePath == "..")
+      return makeError(where() + ": relative_path '" + info.relativePath +
+                       "' is not a plain file name");
     auto found = entryOf.find(index.fqn);
     std::optional<size_t> slot;
     if (found != entryOf.end()) {

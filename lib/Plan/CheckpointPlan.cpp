@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <map>
+#include <queue>
 #include <memory>
 #include <unordered_map>
 
@@ -87,7 +88,13 @@ struct PendingItem {
   /// Index in ModelLayout::optimizerParams of the parameter whose optimizer
   /// state this is (-1 otherwise).
   int64_t param = -1;
+  /// False for the model keys of a tied parameter's other FQNs: written
+  /// (every FQN is a key) but not read back (they share one storage).
+  bool loadTarget = true;
 };
+
+/// Which replica writes each item of one (group, shard), in shardItems order.
+using WriterList = std::vector<int64_t>;
 
 class Planner {
 public:
@@ -135,11 +142,24 @@ private:
   Result<const zip::ItemLayout *> tensorLayout(dcp::DType dtype, const dcp::Dims &sizes);
   /// Tensor items of `group` in shard `shard`, in member order.
   void shardItems(size_t group, int64_t shard, std::vector<PendingItem> &out) const;
-  /// Indices of the items of `items` (one shard's) that replica `rank` writes.
-  std::vector<size_t> assignedTo(size_t group, int64_t shard, int64_t rank,
-                                 const std::vector<PendingItem> &items);
+  /// The replica that writes each item of (group, shard).
+  const WriterList &writers(size_t group, int64_t shard);
   /// Everything `rank` writes, placed in its file. Memoized.
   Result<const std::vector<WriteItem> *> writesOf(int64_t rank);
+  /// writesOf(rank) by (key, chunk offsets), for the reads of other ranks.
+  using WriteIndex = std::map<std::pair<std::string, dcp::Dims>, const WriteItem *>;
+  Result<const WriteIndex *> writeIndexOf(int64_t rank) {
+    auto found = writeIndexes_.find(rank);
+    if (found != writeIndexes_.end())
+      return &found->second;
+    Result<const std::vector<WriteItem> *> writes = writesOf(rank);
+    if (!writes)
+      return makeError(writes.error());
+    WriteIndex &index = writeIndexes_[rank];
+    for (const WriteItem &write : **writes)
+      index[{write.key, write.chunkOffsets}] = &write;
+    return &index;
+  }
   Status place(std::vector<PendingItem> &&items, std::vector<WriteItem> &out,
                uint64_t &cursor);
   bool hasOptimizerState(const GroupSpec &group) const {
@@ -157,6 +177,13 @@ private:
   std::unordered_map<std::string, int64_t> paramIndex_;
   std::map<std::pair<dcp::DType, dcp::Dims>, std::unique_ptr<zip::ItemLayout>> layouts_;
   std::unordered_map<int64_t, std::vector<WriteItem>> writes_;
+  std::unordered_map<int64_t, WriteIndex> writeIndexes_;
+  struct BalanceState {
+    std::vector<uint64_t> load;
+    size_t nextGroup = 0;
+    std::map<size_t, WriterList> writers;
+  };
+  std::map<std::pair<const ShardMap *, int64_t>, BalanceState> balance_;
   uint64_t stepItemSpan_ = 0;
 };
 
@@ -208,49 +235,59 @@ void Planner::shardItems(size_t g, int64_t shard, std::vector<PendingItem> &out)
     int64_t param = -1;
     if (auto found = paramIndex_.find(member.fqns.front()); found != paramIndex_.end())
       param = found->second;
-    auto add = [&](std::string key, BufferRole role, int64_t stateOf) {
+    auto add = [&](std::string key, BufferRole role, int64_t stateOf, bool loadTarget) {
       const BufferSpec *buffer = group.findBuffer(role);
       BufferRef source = ref;
       source.role = role;
       out.push_back({std::move(key), ItemSource::Buffer, buffer->dtype, member.shape,
-                     offsets, sizes, source, {}, stateOf});
+                     offsets, sizes, source, {}, stateOf, loadTarget});
     };
-    for (const std::string &fqn : member.fqns)
-      add("model." + fqn, BufferRole::MainWeight, -1);
+    for (size_t f = 0; f < member.fqns.size(); ++f)
+      add("model." + member.fqns[f], BufferRole::MainWeight, -1, f == 0);
     if (hasOptimizerState(group)) {
-      add("optimizer.state." + member.fqns.front() + ".exp_avg", BufferRole::ExpAvg, param);
+      add("optimizer.state." + member.fqns.front() + ".exp_avg", BufferRole::ExpAvg, param, true);
       add("optimizer.state." + member.fqns.front() + ".exp_avg_sq", BufferRole::ExpAvgSq,
-          param);
+          param, true);
     }
   }
 }
 
-std::vector<size_t> Planner::assignedTo(size_t g, int64_t shard, int64_t rank,
-                                        const std::vector<PendingItem> &items) {
-  const std::vector<int64_t> &replicas = groupShards_[g]->ranksOfShard[shard];
-  std::vector<size_t> mine;
-  if (replicas.size() == 1) {
-    for (size_t i = 0; i < items.size(); ++i)
-      mine.push_back(i);
-    return mine;
-  }
-  // Greedy by bytes, ties to the replica after the group's rotating start.
-  std::vector<uint64_t> load(replicas.size(), 0);
-  size_t start = g % replicas.size();
-  size_t self = std::find(replicas.begin(), replicas.end(), rank) - replicas.begin();
-  for (size_t i = 0; i < items.size(); ++i) {
-    size_t best = start;
-    for (size_t k = 1; k < replicas.size(); ++k) {
-      size_t candidate = (start + k) % replicas.size();
-      if (load[candidate] < load[best])
-        best = candidate;
+const WriterList &Planner::writers(size_t g, int64_t shard) {
+  const ShardMap *map = groupShards_[g].get();
+  BalanceState &state = balance_[{map, shard}];
+  const std::vector<int64_t> &replicas = map->ranksOfShard[shard];
+  if (state.load.empty())
+    state.load.assign(replicas.size(), 0);
+  // Groups are balanced in order, the load carried from group to group, so
+  // the replicas of a shard share all of its bytes evenly.
+  for (; state.nextGroup <= g; ++state.nextGroup) {
+    size_t group = state.nextGroup;
+    if (groupShards_[group].get() != map)
+      continue;
+    std::vector<PendingItem> items;
+    shardItems(group, shard, items);
+    WriterList &writers = state.writers[group];
+    writers.resize(items.size());
+    if (replicas.size() == 1) {
+      std::fill(writers.begin(), writers.end(), replicas[0]);
+      continue;
     }
-    load[best] += static_cast<uint64_t>(items[i].buffer.elements) *
-                  dcp::dtypeInfo(items[i].dtype).elementSize;
-    if (best == self)
-      mine.push_back(i);
+    // Min-heap of (bytes so far, replica index): O(items log replicas).
+    using Entry = std::pair<uint64_t, size_t>;
+    std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> heap;
+    for (size_t k = 0; k < replicas.size(); ++k)
+      heap.push({state.load[k], k});
+    for (size_t i = 0; i < items.size(); ++i) {
+      auto [load, k] = heap.top();
+      heap.pop();
+      uint64_t bytes = static_cast<uint64_t>(items[i].buffer.elements) *
+                       dcp::dtypeInfo(items[i].dtype).elementSize;
+      state.load[k] = load + bytes;
+      heap.push({state.load[k], k});
+      writers[i] = replicas[k];
+    }
   }
-  return mine;
+  return state.writers[g];
 }
 
 Status Planner::place(std::vector<PendingItem> &&items, std::vector<WriteItem> &out,
@@ -316,9 +353,11 @@ Result<const std::vector<WriteItem> *> Planner::writesOf(int64_t rank) {
     int64_t shard = groupShards_[g]->shardOfRank[rank];
     std::vector<PendingItem> items;
     shardItems(g, shard, items);
+    const WriterList &writerOf = writers(g, shard);
     std::vector<PendingItem> mine;
-    for (size_t index : assignedTo(g, shard, rank, items))
-      mine.push_back(std::move(items[index]));
+    for (size_t index = 0; index < items.size(); ++index)
+      if (writerOf[index] == rank)
+        mine.push_back(std::move(items[index]));
     if (Status status = place(std::move(mine), writes, cursor); !status)
       return makeError(status.error());
   }
@@ -328,8 +367,12 @@ Result<const std::vector<WriteItem> *> Planner::writesOf(int64_t rank) {
 Result<RankPlan> Planner::planRank(int64_t rank) {
   // The memo serves one rank's reads of its replicas' files; planning the
   // world rank by rank must not keep every rank's items.
-  if (writes_.size() > 64)
+  if (writes_.size() > 256) {
+    writeIndexes_.clear(); // points into writes_
     writes_.clear();
+  }
+  if (balance_.size() > 4096)
+    balance_.clear();
   if (rank < 0 || rank >= world_)
     return makeError("rank " + std::to_string(rank) + " is outside the mesh of " +
                      std::to_string(world_) + " ranks");
@@ -360,25 +403,19 @@ Result<RankPlan> Planner::planRank(int64_t rank) {
     int64_t shard = groupShards_[g]->shardOfRank[rank];
     std::vector<PendingItem> items;
     shardItems(g, shard, items);
-    const std::vector<int64_t> &replicas = groupShards_[g]->ranksOfShard[shard];
-    std::vector<int64_t> writerOf(items.size(), rank);
-    if (replicas.size() > 1)
-      for (int64_t replica : replicas)
-        for (size_t index : assignedTo(g, shard, replica, items))
-          writerOf[index] = replica;
+    const WriterList writerOf = writers(g, shard);
     for (size_t i = 0; i < items.size(); ++i) {
-      Result<const std::vector<WriteItem> *> source = writesOf(writerOf[i]);
+      if (!items[i].loadTarget)
+        continue;
+      Result<const WriteIndex *> source = writeIndexOf(writerOf[i]);
       if (!source)
         return makeError(source.error());
       const PendingItem &item = items[i];
-      auto written = std::find_if((*source)->begin(), (*source)->end(),
-                                  [&](const WriteItem &w) {
-                                    return w.key == item.key &&
-                                           w.chunkOffsets == item.chunkOffsets;
-                                  });
-      if (written == (*source)->end())
+      auto found = (*source)->find({item.key, item.chunkOffsets});
+      if (found == (*source)->end())
         return makeError(item.key + ": no replica writes the chunk at row " +
                          std::to_string(item.chunkOffsets[0]));
+      const WriteItem *written = found->second;
       plan.reads.push_back({item.key, ItemSource::Buffer, item.dtype, item.globalShape,
                             item.chunkOffsets, item.chunkSizes, item.buffer,
                             dataFileName(writerOf[i]),
@@ -478,6 +515,7 @@ Result<dcp::Metadata> Planner::globalMetadata() {
           std::move(index),
           dcp::StorageInfo{dataFileName(rank), write.itemOffset, write.itemLength, std::nullopt});
     }
+    writeIndexes_.erase(rank);
     writes_.erase(rank); // O(one rank) memory while walking the world.
   }
   return metadata;

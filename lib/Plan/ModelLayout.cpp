@@ -34,6 +34,14 @@ Status checkModelLayout(const ModelLayout &model) {
     return makeError("mesh has " + std::to_string(model.meshAxisNames.size()) +
                      " axis names but " + std::to_string(model.meshSizes.size()) +
                      " sizes");
+  if (model.meshSizes.empty())
+    return makeError("the mesh has no axes");
+  int64_t world = 1;
+  for (int64_t size : model.meshSizes) {
+    if (size < 1 || world > (int64_t(1) << 31) / size)
+      return makeError("mesh sizes must be positive with at most 2^31 ranks in all");
+    world *= size;
+  }
   std::set<std::string> fqns;
   for (size_t g = 0; g < model.groups.size(); ++g) {
     const GroupSpec &group = model.groups[g];
@@ -66,6 +74,19 @@ Status checkModelLayout(const ModelLayout &model) {
         (!group.findBuffer(BufferRole::ExpAvg) || !group.findBuffer(BufferRole::ExpAvgSq)))
       return makeError(where + ": a trainable group of a model with an optimizer "
                                "needs exp_avg and exp_avg_sq buffers");
+  }
+  // The optimizer's params: unique leading FQNs of trainable members.
+  std::set<std::string> trainable, seen;
+  for (const GroupSpec &group : model.groups)
+    if (group.requiresGrad)
+      for (const MemberSpec &member : group.members)
+        trainable.insert(member.fqns.front());
+  for (const std::string &fqn : model.optimizerParams) {
+    if (!trainable.count(fqn))
+      return makeError("optimizer parameter '" + fqn +
+                       "' is not the leading FQN of a trainable member");
+    if (!seen.insert(fqn).second)
+      return makeError("optimizer parameter '" + fqn + "' is listed twice");
   }
   return Status::success();
 }

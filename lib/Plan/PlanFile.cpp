@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <map>
 #include <cstring>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -272,9 +273,14 @@ Result<uint64_t> writeSplitPlanFiles(const ModelLayout &model, const std::string
 Result<PlanFile> PlanFile::verified(std::shared_ptr<const Bytes> bytes, std::string name) {
   if (bytes->size < 8 || !fb::PlanBufferHasIdentifier(bytes->data))
     return makeError(name + ": not an fsdp checkpoint plan (no FSPL identifier)");
-  // Verifies the outer table; nested parts are byte vectors, checked on use.
-  flatbuffers::Verifier verifier(bytes->data, bytes->size, /*max_depth=*/16,
-                                 /*max_tables=*/10000000);
+  // Verifies the outer table only: each nested part is verified when its
+  // rank reads it, so opening costs O(ranks), and a corrupt part fails only
+  // the rank that owns it.
+  flatbuffers::Verifier::Options verifierOptions;
+  verifierOptions.max_depth = 16;
+  verifierOptions.max_tables = 10000000;
+  verifierOptions.check_nested_flatbuffers = false;
+  flatbuffers::Verifier verifier(bytes->data, bytes->size, verifierOptions);
   if (!fb::VerifyPlanBuffer(verifier))
     return makeError(name + ": corrupt plan file (FlatBuffers verification failed)");
   const fb::Plan *plan = root(*bytes);
@@ -282,8 +288,12 @@ Result<PlanFile> PlanFile::verified(std::shared_ptr<const Bytes> bytes, std::str
     return makeError(name + ": plan format version " + std::to_string(plan->version()) +
                      " is not supported (this build reads version " +
                      std::to_string(kPlanFormatVersion) + ")");
-  if (plan->world_size() < 1)
-    return makeError(name + ": world size must be positive");
+  if (plan->world_size() < 1 || plan->world_size() > (int64_t(1) << 31))
+    return makeError(name + ": world size " + std::to_string(plan->world_size()) +
+                     " is out of range");
+  if (plan->commit_rank() < 0 || plan->commit_rank() >= plan->world_size())
+    return makeError(name + ": committing rank " + std::to_string(plan->commit_rank()) +
+                     " is outside the world");
   if (plan->ranks())
     for (flatbuffers::uoffset_t i = 0; i < plan->ranks()->size(); ++i) {
       const fb::RankPart *part = plan->ranks()->Get(i);
@@ -369,18 +379,48 @@ Result<RankPlan> PlanFile::rank(int64_t rank) const {
   };
   RankPlan plan;
   plan.rank = part->rank();
+  if (plan.rank != rank)
+    return bad("the part says it is rank " + std::to_string(plan.rank));
   plan.coords = dims(part->coords());
+  // Bounds a runtime relies on before it allocates or indexes anything.
+  constexpr int64_t kMaxBufferBytes = int64_t(1) << 48;
+  std::map<std::pair<int32_t, BufferRole>, int64_t> bufferElements;
   if (part->buffers())
     for (const fb::LocalBuffer *buffer : *part->buffers()) {
-      if (!validRole(buffer->role()) || !validDType(buffer->dtype()) || buffer->elements() < 0)
+      if (!validRole(buffer->role()) || !validDType(buffer->dtype()) || buffer->elements() < 0 ||
+          buffer->group() < 0 || buffer->range_begin() < 0 ||
+          buffer->elements() > kMaxBufferBytes /
+                                   dcp::dtypeInfo(static_cast<dcp::DType>(buffer->dtype())).elementSize)
         return bad("buffer of group " + std::to_string(buffer->group()));
       plan.buffers.push_back({buffer->group(), static_cast<BufferRole>(buffer->role()),
                               static_cast<dcp::DType>(buffer->dtype()), buffer->elements(),
                               buffer->range_begin(), buffer->aliases_main_weight()});
+      bufferElements[{buffer->group(), static_cast<BufferRole>(buffer->role())}] =
+          buffer->elements();
     }
+  // A reference into the rank's buffers must lie inside one of them.
+  auto refInside = [&](const BufferRef &ref) {
+    auto found = bufferElements.find({ref.group, ref.role});
+    return found != bufferElements.end() && ref.localOffset >= 0 && ref.elements >= 0 &&
+           ref.localOffset <= found->second && ref.elements <= found->second - ref.localOffset;
+  };
+  // Data files are plain names in the checkpoint directory.
+  auto plainName = [](const std::string &name) {
+    return !name.empty() && name.find('/') == std::string::npos && name != "." && name != "..";
+  };
+  auto rangeInside = [](uint64_t itemOffset, uint64_t itemLength, uint64_t dataOffset,
+                        uint64_t dataLength) {
+    constexpr uint64_t kMax = uint64_t(1) << 56;
+    return itemOffset < kMax && itemLength < kMax && dataLength < kMax &&
+           dataOffset >= itemOffset && dataOffset - itemOffset <= itemLength &&
+           dataLength <= itemLength - (dataOffset - itemOffset);
+  };
   if (part->files())
-    for (const fb::DataFile *file : *part->files())
+    for (const fb::DataFile *file : *part->files()) {
+      if (!plainName(file->name()->str()))
+        return bad("data file name '" + file->name()->str() + "' is not a plain file name");
       plan.files.push_back({file->name()->str(), file->size()});
+    }
   if (part->writes())
     for (const fb::WriteItem *item : *part->writes()) {
       if (!validDType(item->dtype()) || item->file() >= plan.files.size() ||
@@ -403,6 +443,15 @@ Result<RankPlan> PlanFile::rank(int64_t rank) const {
       write.itemLength = item->item_length();
       write.dataOffset = item->data_offset();
       write.dataLength = item->data_length();
+      if (!rangeInside(write.itemOffset, write.itemLength,
+                       write.source == ItemSource::Bytes ? write.itemOffset : write.dataOffset,
+                       write.source == ItemSource::Bytes ? 0 : write.dataLength) ||
+          (write.source == ItemSource::Bytes && write.payload.size() != write.itemLength) ||
+          (write.source == ItemSource::Buffer &&
+           (!refInside(write.buffer) ||
+            write.dataLength != static_cast<uint64_t>(write.buffer.elements) *
+                                    dcp::dtypeInfo(write.dtype).elementSize)))
+        return bad("write item '" + write.key + "' points outside its item or buffer");
       plan.writes.push_back(std::move(write));
     }
   if (part->reads())
@@ -417,6 +466,13 @@ Result<RankPlan> PlanFile::rank(int64_t rank) const {
                             dims(item->chunk_sizes()), readRef(item->buffer()),
                             item->file()->str(), item->item_offset(), item->item_length(),
                             item->data_offset(), item->data_length()});
+      const ReadItem &read = plan.reads.back();
+      if (!plainName(read.file) ||
+          !rangeInside(read.itemOffset, read.itemLength, read.dataOffset, read.dataLength) ||
+          (read.source == ItemSource::Buffer &&
+           (!refInside(read.buffer) || read.chunkOffsets.size() != read.chunkSizes.size() ||
+            read.globalShape.size() != read.chunkSizes.size())))
+        return bad("read item '" + read.key + "' points outside its item or buffer");
     }
   return plan;
 }

@@ -802,3 +802,16 @@ TEST(DcpMetadata, DTypeTable) {
   EXPECT_EQ(findDTypeByStorage("UntypedStorage"), nullptr);
   EXPECT_EQ(dtypeInfo(DType::UInt16).legacyStorage, nullptr);
 }
+
+// A relative_path that is not a plain file name could send a reader outside
+// the checkpoint directory: refused on read and on write.
+TEST(DcpMetadata, RelativePathsArePlainNames) {
+  for (const char *path : {"../evil.distcp", "sub/file", "/etc/passwd", "..", ""}) {
+    Metadata md = referenceMetadata();
+    md.storageData.front().second.relativePath = path;
+    Status status = validateMetadata(md);
+    ASSERT_FALSE(status.ok()) << path;
+    EXPECT_NE(status.error().find("is not a plain file name"), std::string::npos) << status.error();
+    EXPECT_FALSE(serializeMetadata(md).ok()) << path;
+  }
+}

@@ -126,10 +126,16 @@ void checkWholePlan(const ModelLayout &model) {
     size_t bufferReads = 0;
     for (const ReadItem &read : plan.reads)
       bufferReads += read.source == ItemSource::Buffer;
+    // Tied parameters' other FQNs are written but read once, by the leading FQN.
+    std::set<std::string> secondaryKeys;
+    for (const GroupSpec &group : model.groups)
+      for (const MemberSpec &member : group.members)
+        for (size_t f = 1; f < member.fqns.size(); ++f)
+          secondaryKeys.insert("model." + member.fqns[f]);
     size_t held = 0;
     for (const auto &[key, entry] : writer) {
       const WriteItem &write = *entry.second;
-      if (write.source != ItemSource::Buffer)
+      if (write.source != ItemSource::Buffer || secondaryKeys.count(write.key))
         continue;
       const GroupSpec &group = model.groups[write.buffer.group];
       int64_t writerShard = layout::shardIndex(entry.first, model.meshSizes, group.placements);

@@ -28,7 +28,7 @@ int32_t testValue(uint32_t keyHash, uint64_t elementIndex, uint32_t seed);
 
 /// Writes `count` elements of `dtype` for elements [firstElement, +count) of
 /// key `keyHash` into `out` (element size from dcp::dtypeInfo). Fails for
-/// dtypes without a defined test value (complex, float8, wide unsigned).
+/// dtypes without a defined test value (complex, float8).
 Status fillTestValues(dcp::DType dtype, uint32_t keyHash, uint64_t firstElement,
                       uint64_t count, uint32_t seed, void *out);
 

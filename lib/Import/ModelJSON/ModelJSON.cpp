@@ -444,7 +444,38 @@ LogicalResult ModelImporter::buildModule(const json::Value &value,
   });
 }
 
+/// The deepest nesting of arrays and objects, counted without recursion so
+/// absurd inputs are refused before the recursive parser sees them.
+static size_t nestingDepth(StringRef text) {
+  size_t depth = 0, deepest = 0;
+  bool inString = false, escaped = false;
+  for (char c : text) {
+    if (inString) {
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        inString = false;
+      continue;
+    }
+    if (c == '"')
+      inString = true;
+    else if (c == '[' || c == '{')
+      deepest = std::max(deepest, ++depth);
+    else if ((c == ']' || c == '}') && depth > 0)
+      --depth;
+  }
+  return deepest;
+}
+
 OwningOpRef<ModuleOp> ModelImporter::import(StringRef text) {
+  constexpr size_t kMaxDepth = 512;
+  if (size_t depth = nestingDepth(text); depth > kMaxDepth) {
+    (void)fail("", "JSON nests " + Twine(depth) + " levels deep; at most " +
+                       Twine(kMaxDepth) + " are accepted");
+    return {};
+  }
   llvm::Expected<json::Value> parsed = json::parse(text);
   if (!parsed) {
     (void)fail("", "invalid JSON: " + llvm::toString(parsed.takeError()));

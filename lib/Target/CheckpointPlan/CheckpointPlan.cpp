@@ -112,6 +112,14 @@ FailureOr<plan::ModelLayout> fsdp::buildModelLayout(ModelOp model) {
   // order, one entry per storage (its leading FQN).
   SmallVector<ParamOp> params;
   collectParamsInOrder(model.getRootModule(), params);
+  // A parameter outside every unit has no layout: refuse rather than leave
+  // it out of the checkpoint silently.
+  for (ParamOp param : params)
+    if (!leadingFQN.count(param.getFQN()))
+      return param.emitError()
+             << "'" << param.getFQN()
+             << "' is outside every fully_shard unit, so it has no layout and "
+                "cannot be checkpointed; make an enclosing module a unit";
   llvm::StringSet<> seen;
   for (ParamOp param : params) {
     auto it = leadingFQN.find(param.getFQN());

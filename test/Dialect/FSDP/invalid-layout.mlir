@@ -726,3 +726,97 @@ fsdp.model @m {
   fsdp.module "" {
   }
 }
+
+// -----
+
+// Members out of named_parameters() order: p2 is listed before p0.
+fsdp.model @m {
+  fsdp.mesh @mesh ["dp" = 4]
+  fsdp.module "" fully_shard <[shard], main_params = f32> {
+    fsdp.param "p0" : tensor<5x3xbf16>
+    fsdp.param "p2" : tensor<4x4xbf16>
+  }
+  fsdp.param_group @group0 unit "" : bf16 policy <[shard], main_params = f32> {
+    // expected-error@+1 {{member 0 of group @group0 must be [p0]: members follow named_parameters() order}}
+    fsdp.member ["p2"] : tensor<4x4xbf16>
+    fsdp.member ["p0"] : tensor<5x3xbf16>
+  }
+}
+
+// -----
+
+// Two untied parameters merged into one member.
+fsdp.model @m {
+  fsdp.mesh @mesh ["dp" = 2]
+  fsdp.module "" fully_shard <[shard], main_params = f32> {
+    fsdp.param "a" : tensor<4xf32>
+    fsdp.param "b" : tensor<4xf32>
+  }
+  fsdp.param_group @group0 unit "" : f32 policy <[shard], main_params = f32> {
+    // expected-error@+1 {{member 0 of group @group0 must be [a]: members follow named_parameters() order and only tied parameters share a member}}
+    fsdp.member ["a", "b"] : tensor<4xf32>
+  }
+}
+
+// -----
+
+// One unit's (f32, trainable) parameters split over two groups.
+fsdp.model @m {
+  fsdp.mesh @mesh ["dp" = 2]
+  fsdp.module "" fully_shard <[shard], main_params = f32> {
+    fsdp.param "a" : tensor<4xf32>
+    fsdp.param "b" : tensor<4xf32>
+  }
+  // expected-error@+1 {{unit "" has 2 parameter groups but its parameters form 1 (one per dtype and requires_grad)}}
+  fsdp.param_group @group0 unit "" : f32 policy <[shard], main_params = f32> {
+    fsdp.member ["a"] : tensor<4xf32>
+  }
+  fsdp.param_group @group1 unit "" : f32 policy <[shard], main_params = f32> {
+    fsdp.member ["b"] : tensor<4xf32>
+  }
+}
+
+// -----
+
+// Groups out of first-occurrence order.
+fsdp.model @m {
+  fsdp.mesh @mesh ["dp" = 2]
+  fsdp.module "" fully_shard <[shard], main_params = f32> {
+    fsdp.param "a" : tensor<4xf32>
+    fsdp.param "b" : tensor<4xbf16>
+  }
+  // expected-error@+1 {{groups of unit "" must follow the first occurrence of each (dtype, requires_grad); expected 'f32' here}}
+  fsdp.param_group @group0 unit "" : bf16 policy <[shard], main_params = f32> {
+    fsdp.member ["b"] : tensor<4xbf16>
+  }
+  fsdp.param_group @group1 unit "" : f32 policy <[shard], main_params = f32> {
+    fsdp.member ["a"] : tensor<4xf32>
+  }
+}
+
+// -----
+
+// A group without members.
+fsdp.model @m {
+  fsdp.mesh @mesh ["dp" = 2]
+  fsdp.module "" fully_shard <[shard], main_params = f32> {
+  }
+  // expected-error@+1 {{has no members}}
+  fsdp.param_group @group0 unit "" : bf16 policy <[shard], main_params = f32> chunk 1 size 0 shard_size 0 ranks [0, 0] buffers [#fsdp.buffer<main_weight : f32>, #fsdp.buffer<model_weight : bf16>] {
+  }
+}
+
+// -----
+
+// Buffers the policy and the optimizer do not give: main weights must be f32.
+fsdp.model @m {
+  fsdp.mesh @mesh ["dp" = 2]
+  fsdp.optimizer adam lr = 1.0e-3, betas = [0.9, 0.999], eps = 1.0e-8, weight_decay = 0.0, state = f32
+  fsdp.module "" fully_shard <[shard], main_params = f32> {
+    fsdp.param "a" : tensor<4xbf16>
+  }
+  // expected-error@+1 {{buffers [#fsdp.buffer<main_weight : i8>, #fsdp.buffer<model_weight : bf16>] differ from what the policy and the optimizer give: [#fsdp.buffer<main_weight : f32>, #fsdp.buffer<model_weight : bf16>, #fsdp.buffer<main_grad : bf16>, #fsdp.buffer<exp_avg : f32>, #fsdp.buffer<exp_avg_sq : f32>]}}
+  fsdp.param_group @group0 unit "" : bf16 policy <[shard], main_params = f32> chunk 1 size 4 shard_size 2 ranks [0, 2] buffers [#fsdp.buffer<main_weight : i8>, #fsdp.buffer<model_weight : bf16>] {
+    fsdp.member ["a"] : tensor<4xbf16> offset 0 pieces [0: [0, 2) at 0, 1: [2, 4) at 0]
+  }
+}

@@ -398,3 +398,12 @@ fsdp.model @integer_state {
   fsdp.module "" {
   }
 }
+
+// -----
+
+fsdp.model @too_many_ranks {
+  // expected-error@+1 {{mesh has more than 16777216 ranks}}
+  fsdp.mesh @mesh ["a" = 4611686018427387905, "b" = 4]
+  fsdp.module "" {
+  }
+}

@@ -134,6 +134,15 @@ LogicalResult MeshOp::verify() {
       return emitOpError() << "mesh axis '" << axis
                            << "' must have a positive size, got " << size;
   }
+  // Every rank is listed in the lowered IR: keep the world to what a job
+  // can have, and its product from overflowing.
+  constexpr int64_t kMaxRanks = int64_t(1) << 24;
+  int64_t ranks = 1;
+  for (int64_t size : shape) {
+    if (size > kMaxRanks / ranks)
+      return emitOpError() << "mesh has more than " << kMaxRanks << " ranks";
+    ranks *= size;
+  }
   return success();
 }
 
@@ -303,11 +312,22 @@ static LogicalResult verifyParamGroups(ModelOp model,
       unitsByFQN[module.getFQN()] = module;
   });
   llvm::StringMap<MemberOp> memberOfFQN;
+  llvm::StringMap<SmallVector<ParamGroupOp>> groupsOfUnit;
   for (ParamGroupOp group : groups) {
     NNModuleOp unit = unitsByFQN.lookup(group.getUnit());
     if (!unit)
       return group.emitOpError() << "names unit \"" << group.getUnit()
                                  << "\", which is not a fully_shard module";
+    groupsOfUnit[group.getUnit()].push_back(group);
+    if (group.getBody().getOps<MemberOp>().empty())
+      return group.emitOpError() << "has no members";
+    if (ArrayAttr buffers = group.getBuffersAttr()) {
+      ArrayAttr expected = getExpectedBuffers(group, model.getOptimizer());
+      if (buffers != expected)
+        return group.emitOpError()
+               << "buffers " << buffers << " differ from what the policy and the optimizer give: "
+               << expected;
+    }
     if (unit.getFullyShardAttr() != group.getPolicy())
       return group.emitOpError()
              << "policy " << group.getPolicy() << " differs from unit \""
@@ -344,6 +364,45 @@ static LogicalResult verifyParamGroups(ModelOp model,
         !memberOfFQN.count(param.getFQN()))
       return param.emitOpError() << "'" << param.getFQN()
                                  << "' is in no parameter group of its unit";
+  // Each unit's groups and members are exactly Megatron-FSDP's: the same
+  // groups in first-occurrence order, members in named_parameters() order,
+  // tied parameters (and only they) sharing one member.
+  for (auto &entry : groupsOfUnit) {
+    NNModuleOp unit = unitsByFQN.lookup(entry.getKey());
+    SmallVector<UnitGroup> expected = computeUnitGroups(unit, params);
+    SmallVector<ParamGroupOp> &actual = entry.getValue();
+    if (actual.size() != expected.size())
+      return actual.front().emitOpError()
+             << "unit \"" << entry.getKey() << "\" has " << actual.size()
+             << " parameter groups but its parameters form " << expected.size()
+             << " (one per dtype and requires_grad)";
+    for (auto [group, want] : llvm::zip(actual, expected)) {
+      if (group.getDtype() != want.dtype || group.getRequiresGrad() != want.requiresGrad)
+        return group.emitOpError()
+               << "groups of unit \"" << entry.getKey()
+               << "\" must follow the first occurrence of each (dtype, requires_grad); expected "
+               << want.dtype << (want.requiresGrad ? "" : " frozen") << " here";
+      auto members = llvm::to_vector(group.getBody().getOps<MemberOp>());
+      for (size_t i = 0; i < std::max(members.size(), want.members.size()); ++i) {
+        if (i >= members.size() || i >= want.members.size())
+          return group.emitOpError() << "has " << members.size() << " members, expected "
+                                     << want.members.size();
+        SmallVector<std::string> fqns;
+        for (Attribute fqn : members[i].getFqns())
+          fqns.push_back(cast<StringAttr>(fqn).str());
+        if (ArrayRef<std::string>(fqns) != ArrayRef<std::string>(want.members[i].fqns)) {
+          std::string wanted;
+          for (const std::string &fqn : want.members[i].fqns)
+            wanted += (wanted.empty() ? "" : ", ") + fqn;
+          return members[i].emitOpError()
+                 << "member " << i << " of group @" << group.getSymName()
+                 << " must be [" << wanted
+                 << "]: members follow named_parameters() order and only tied "
+                    "parameters share a member";
+        }
+      }
+    }
+  }
   return success();
 }
 
@@ -696,4 +755,64 @@ LogicalResult ParamGroupOp::verifyRegions() {
     }
   }
   return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Grouping and buffers: one source of truth for the passes and the verifier
+//===----------------------------------------------------------------------===//
+
+/// Parameters a unit owns, in named_parameters() order.
+static void collectOwnedParams(NNModuleOp module, SmallVectorImpl<ParamOp> &out) {
+  for (ParamOp param : module.getBody().getOps<ParamOp>())
+    out.push_back(param);
+  for (NNModuleOp child : module.getBody().getOps<NNModuleOp>())
+    if (!child.getFullyShard())
+      collectOwnedParams(child, out);
+}
+
+SmallVector<UnitGroup> fsdp::computeUnitGroups(NNModuleOp unit,
+                                               const llvm::StringMap<ParamOp> &paramsByFQN) {
+  SmallVector<ParamOp> owned;
+  collectOwnedParams(unit, owned);
+  SmallVector<UnitGroup> groups;
+  llvm::DenseMap<std::pair<Type, unsigned>, size_t> groupOf;
+  llvm::DenseMap<Operation *, std::pair<size_t, size_t>> memberOf;
+  for (ParamOp param : owned) {
+    ParamOp storage = param;
+    if (std::optional<StringRef> tiedTo = param.getTiedTo())
+      if (ParamOp target = paramsByFQN.lookup(*tiedTo))
+        storage = target;
+    Type dtype = storage.getTensorType().getElementType();
+    auto key = std::make_pair(dtype, unsigned(storage.getRequiresGrad()));
+    auto [groupIt, newGroup] = groupOf.try_emplace(key, groups.size());
+    if (newGroup)
+      groups.push_back({dtype, storage.getRequiresGrad(), {}});
+    UnitGroup &group = groups[groupIt->second];
+    auto [memberIt, newMember] = memberOf.try_emplace(
+        storage.getOperation(), std::make_pair(groupIt->second, group.members.size()));
+    if (newMember)
+      group.members.push_back({storage, {}});
+    groups[memberIt->second.first].members[memberIt->second.second].fqns.push_back(param.getFQN());
+  }
+  return groups;
+}
+
+ArrayAttr fsdp::getExpectedBuffers(ParamGroupOp group, OptimizerOp optimizer) {
+  MLIRContext *context = group.getContext();
+  Type dtype = group.getDtype();
+  FullyShardAttr policy = group.getPolicy();
+  Type mainWeight = isSupportedFloatType(dtype) ? policy.getMainParams() : dtype;
+  SmallVector<Attribute> buffers = {
+      BufferAttr::get(context, BufferRole::MainWeight, mainWeight, false),
+      BufferAttr::get(context, BufferRole::ModelWeight, dtype, mainWeight == dtype)};
+  if (group.getRequiresGrad()) {
+    Type grad = policy.getMainGrads() ? policy.getMainGrads() : dtype;
+    buffers.push_back(BufferAttr::get(context, BufferRole::MainGrad, grad, false));
+    if (optimizer) {
+      Type state = optimizer.getState();
+      buffers.push_back(BufferAttr::get(context, BufferRole::ExpAvg, state, false));
+      buffers.push_back(BufferAttr::get(context, BufferRole::ExpAvgSq, state, false));
+    }
+  }
+  return ArrayAttr::get(context, buffers);
 }

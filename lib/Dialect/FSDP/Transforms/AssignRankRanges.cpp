@@ -13,34 +13,6 @@ using namespace fsdp;
 
 namespace {
 
-/// Buffers per Megatron-FSDP v2 (reference §2.5): main weights in the
-/// policy's dtype (integer parameters keep theirs: a cast would lose them),
-/// model weights in the parameter dtype, aliasing main weights when equal;
-/// trainable groups add main grads and, with an optimizer, its two moments.
-static ArrayAttr buildBuffers(ParamGroupOp group, OptimizerOp optimizer) {
-  MLIRContext *context = group.getContext();
-  Type dtype = group.getDtype();
-  FullyShardAttr policy = group.getPolicy();
-  Type mainWeight = isSupportedFloatType(dtype) ? policy.getMainParams() : dtype;
-  SmallVector<Attribute> buffers = {
-      BufferAttr::get(context, BufferRole::MainWeight, mainWeight, false),
-      BufferAttr::get(context, BufferRole::ModelWeight, dtype,
-                      mainWeight == dtype)};
-  if (group.getRequiresGrad()) {
-    Type grad = policy.getMainGrads() ? policy.getMainGrads() : dtype;
-    buffers.push_back(
-        BufferAttr::get(context, BufferRole::MainGrad, grad, false));
-    if (optimizer) {
-      Type state = optimizer.getState();
-      buffers.push_back(
-          BufferAttr::get(context, BufferRole::ExpAvg, state, false));
-      buffers.push_back(
-          BufferAttr::get(context, BufferRole::ExpAvgSq, state, false));
-    }
-  }
-  return ArrayAttr::get(context, buffers);
-}
-
 struct AssignRankRangesPass
     : public fsdp::impl::AssignRankRangesBase<AssignRankRangesPass> {
   void runOnOperation() override {
@@ -67,7 +39,7 @@ struct AssignRankRangesPass
         rankBegins[rank] = shardOfRank[rank] * shardSize;
       group.setShardSizeAttr(builder.getI64IntegerAttr(shardSize));
       group.setRanksAttr(builder.getDenseI64ArrayAttr(rankBegins));
-      group.setBuffersAttr(buildBuffers(group, model.getOptimizer()));
+      group.setBuffersAttr(getExpectedBuffers(group, model.getOptimizer()));
 
       // Only the shards a member touches: O(members + shards) in all.
       for (MemberOp member : group.getBody().getOps<MemberOp>()) {

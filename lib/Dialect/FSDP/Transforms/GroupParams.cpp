@@ -1,14 +1,12 @@
 //===- GroupParams.cpp - Group each unit's parameters ---------------------===//
 //
-// Megatron-FSDP v2 (`_collect_owned_parameters`, `_group_parameters`): a unit
-// owns its own parameters, then its children's, skipping nested units; they
-// are split by (dtype, requires_grad) in first-occurrence order.
+// Creates one fsdp.param_group per group computeUnitGroups forms (Megatron-
+// FSDP v2's `_collect_owned_parameters` and `_group_parameters`).
 //
 //===----------------------------------------------------------------------===//
 #include "fsdp/Dialect/FSDP/Transforms/Passes.h"
 
 #include "mlir/IR/Builders.h"
-#include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/StringMap.h"
 
 namespace fsdp {
@@ -20,29 +18,6 @@ using namespace mlir;
 using namespace fsdp;
 
 namespace {
-
-/// A member in the making: the storage it stands for and its FQNs.
-struct PendingMember {
-  ParamOp storage;
-  SmallVector<Attribute> fqns;
-};
-
-struct PendingGroup {
-  Type dtype;
-  bool requiresGrad;
-  SmallVector<PendingMember> members;
-  llvm::DenseMap<Operation *, size_t> memberOfStorage;
-};
-
-/// Parameters a unit owns, in named_parameters() order: a module's own
-/// parameters first, then each child's, skipping nested units.
-static void collectOwnedParams(NNModuleOp module, SmallVectorImpl<ParamOp> &out) {
-  for (ParamOp param : module.getBody().getOps<ParamOp>())
-    out.push_back(param);
-  for (NNModuleOp child : module.getBody().getOps<NNModuleOp>())
-    if (!child.getFullyShard())
-      collectOwnedParams(child, out);
-}
 
 struct GroupParamsPass : public fsdp::impl::GroupParamsBase<GroupParamsPass> {
   void runOnOperation() override {
@@ -65,27 +40,7 @@ struct GroupParamsPass : public fsdp::impl::GroupParamsBase<GroupParamsPass> {
     OpBuilder builder = OpBuilder::atBlockEnd(&model.getBody().front());
     unsigned groupIndex = 0;
     for (NNModuleOp unit : units) {
-      SmallVector<ParamOp> owned;
-      collectOwnedParams(unit, owned);
-      // Groups keyed by (dtype, requires_grad), in first-occurrence order.
-      llvm::MapVector<std::pair<Type, unsigned>, PendingGroup> groups;
-      for (ParamOp param : owned) {
-        ParamOp storage = param;
-        if (std::optional<StringRef> tiedTo = param.getTiedTo())
-          storage = paramsByFQN.lookup(*tiedTo);
-        Type dtype = storage.getTensorType().getElementType();
-        PendingGroup &group = groups[{dtype, unsigned(storage.getRequiresGrad())}];
-        group.dtype = dtype;
-        group.requiresGrad = storage.getRequiresGrad();
-        auto [it, inserted] = group.memberOfStorage.try_emplace(
-            storage.getOperation(), group.members.size());
-        if (inserted)
-          group.members.push_back({storage, {}});
-        group.members[it->second].fqns.push_back(
-            builder.getStringAttr(param.getFQN()));
-      }
-      for (auto &entry : groups) {
-        PendingGroup &pending = entry.second;
+      for (UnitGroup &pending : computeUnitGroups(unit, paramsByFQN)) {
         auto group = ParamGroupOp::create(
             builder, unit.getLoc(),
             builder.getStringAttr("group" + Twine(groupIndex++)),
@@ -95,11 +50,15 @@ struct GroupParamsPass : public fsdp::impl::GroupParamsBase<GroupParamsPass> {
             IntegerAttr(), DenseI64ArrayAttr(), ArrayAttr());
         OpBuilder memberBuilder =
             OpBuilder::atBlockEnd(&group.getBody().emplaceBlock());
-        for (PendingMember &member : pending.members)
+        for (UnitGroupMember &member : pending.members) {
+          SmallVector<Attribute> fqns;
+          for (const std::string &fqn : member.fqns)
+            fqns.push_back(memberBuilder.getStringAttr(fqn));
           MemberOp::create(memberBuilder, member.storage.getLoc(),
-                           memberBuilder.getArrayAttr(member.fqns),
+                           memberBuilder.getArrayAttr(fqns),
                            TypeAttr::get(member.storage.getTensorType()),
                            IntegerAttr(), DenseI64ArrayAttr());
+        }
       }
     }
   }

@@ -22,6 +22,7 @@ class NNModuleOp;
 #include "fsdp/Dialect/FSDP/IR/FSDPOps.h.inc"
 
 #include "fsdp/Layout/Layout.h"
+#include "llvm/ADT/StringMap.h"
 
 namespace fsdp {
 /// The mesh and placements in the layout library's terms (the one source of
@@ -30,6 +31,30 @@ std::vector<int64_t> getLayoutMeshSizes(MeshOp mesh);
 std::vector<layout::Placement> getLayoutPlacements(FullyShardAttr policy);
 /// Shapes of a group's members, in member order.
 std::vector<layout::Shape> getMemberShapes(ParamGroupOp group);
+
+/// The parameter groups of one fully_shard unit, as Megatron-FSDP v2 forms
+/// them (`_collect_owned_parameters`, `_group_parameters`): the unit's own
+/// parameters, then its children's, skipping nested units; split by (dtype,
+/// requires_grad) in first-occurrence order; a tied parameter is one member
+/// under its first FQN, carrying all its FQNs. The fsdp-group-params pass
+/// builds these and the verifier checks groups against them.
+struct UnitGroupMember {
+  ParamOp storage;
+  llvm::SmallVector<std::string, 1> fqns;
+};
+struct UnitGroup {
+  mlir::Type dtype;
+  bool requiresGrad = true;
+  llvm::SmallVector<UnitGroupMember> members;
+};
+llvm::SmallVector<UnitGroup> computeUnitGroups(NNModuleOp unit,
+                                               const llvm::StringMap<ParamOp> &paramsByFQN);
+
+/// The buffers of a group (reference §2.5): main weights in the policy's
+/// dtype (integer parameters keep theirs: a cast would lose them), model
+/// weights in the parameter dtype, aliasing main weights when equal;
+/// trainable groups add main grads and, with an optimizer, its two moments.
+mlir::ArrayAttr getExpectedBuffers(ParamGroupOp group, OptimizerOp optimizer);
 } // namespace fsdp
 
 #endif // FSDP_DIALECT_FSDP_IR_FSDPOPS_H
