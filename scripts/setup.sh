@@ -9,7 +9,8 @@ BUILD="${FSDP_BUILD_DIR:-$ROOT/build}"
 PACKAGES=(cmake ninja-build g++ python3 ccache
           llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools
           libgtest-dev zlib1g-dev nlohmann-json3-dev libxxhash-dev
-          flatbuffers-compiler libflatbuffers-dev libcli11-dev clang)
+          flatbuffers-compiler libflatbuffers-dev libcli11-dev clang
+          libopenmpi-dev openmpi-bin util-linux)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do
