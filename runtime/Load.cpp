@@ -31,6 +31,8 @@ public:
       : dir_(dir), storage_(storage), options_(options) {}
 
   Status open() {
+    if (Status status = refuseStagingDir(dir_); !status)
+      return status;
     Result<std::unique_ptr<zip::ByteSource>> metadataFile = storage_.openRead(dir_ + "/.metadata");
     if (!metadataFile)
       return makeError(metadataFile.error() +

@@ -3,6 +3,7 @@
 #include "fsdp/Runtime/Storage.h"
 
 #include <cerrno>
+#include <csignal>
 #include <climits>
 #include <cstring>
 #include <dirent.h>
@@ -20,6 +21,8 @@ namespace runtime {
 namespace {
 
 Error errnoError(const std::string &path, const std::string &what, int error) {
+  if (error == Fault::kKillProcess)
+    ::kill(::getpid(), SIGKILL); // a crash at exactly this point
   return makeError(path + ": " + what + ": " + std::strerror(error));
 }
 
@@ -254,8 +257,11 @@ Result<Fault> parseFault(const std::string &text) {
     fault.error = ENOSPC;
   else if (error == "EACCES")
     fault.error = EACCES;
+  else if (error == "KILL")
+    fault.error = Fault::kKillProcess;
   else
-    return makeError("fault '" + text + "': unknown errno '" + error + "' (EIO, ENOSPC, EACCES)");
+    return makeError("fault '" + text + "': unknown errno '" + error +
+                     "' (EIO, ENOSPC, EACCES, or KILL)");
   return fault;
 }
 

@@ -53,7 +53,17 @@ std::string trimSlashes(const std::string &path) {
   return out;
 }
 
-std::string stagingDirFor(const std::string &target) { return target + ".fsdp-staging"; }
+static constexpr const char kStagingSuffix[] = ".fsdp-staging";
+
+std::string stagingDirFor(const std::string &target) { return target + kStagingSuffix; }
+
+Status refuseStagingDir(const std::string &dir) {
+  std::string suffix = kStagingSuffix;
+  if (dir.size() >= suffix.size() && dir.compare(dir.size() - suffix.size(), suffix.size(), suffix) == 0)
+    return makeError(dir + " is the staging directory of a save that never committed; "
+                           "it is incomplete and is not loaded");
+  return Status::success();
+}
 
 Status writeFileDurably(Storage &storage, const std::string &dir, const std::string &name,
                         const std::string &bytes) {

@@ -25,6 +25,8 @@ Result<std::string> readAll(Storage &storage, const std::string &path) {
 
 Status verifyCheckpoint(const std::string &rawDir, Storage &storage, std::string &report) {
   std::string dir = trimSlashes(rawDir);
+  if (Status status = refuseStagingDir(dir); !status)
+    return status;
   size_t problems = 0;
   auto problem = [&](const std::string &line) {
     report += line + "\n";

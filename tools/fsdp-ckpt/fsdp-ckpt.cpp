@@ -24,7 +24,8 @@ struct Context {
   std::unique_ptr<Storage> storage;
 };
 
-Result<Context> makeContext(int *argc, char ***argv, const std::string &fault) {
+Result<Context> makeContext(int *argc, char ***argv, const std::string &fault,
+                            int64_t faultRank) {
   Context context;
   if (launchedByMpi()) {
     Result<std::unique_ptr<Communicator>> comm = createMpiCommunicator(argc, argv);
@@ -35,7 +36,7 @@ Result<Context> makeContext(int *argc, char ***argv, const std::string &fault) {
     context.comm = createSingleProcessCommunicator();
   }
   context.storage = createPosixStorage();
-  if (!fault.empty()) {
+  if (!fault.empty() && (faultRank < 0 || faultRank == context.comm->rank())) {
     Result<Fault> parsed = parseFault(fault);
     if (!parsed)
       return makeError(parsed.error());
@@ -147,7 +148,7 @@ int main(int argc, char **argv) {
   app.require_subcommand(1);
 
   std::string planPath, dir, fromDir, fault;
-  int64_t seed = -1;
+  int64_t seed = -1, faultRank = -1;
   float step = 1.0f;
   bool overwrite = false, noSync = false, allowExtra = false;
   auto seedCheck = CLI::Range(int64_t(0), int64_t(2147483647));
@@ -159,7 +160,9 @@ int main(int argc, char **argv) {
       ->required()->check(seedCheck);
   save->add_option("--step", step, "Optimizer step count to store");
   save->add_flag("--overwrite", overwrite, "Replace an existing checkpoint atomically");
-  save->add_option("--inject-fault", fault, "Testing: OP:N:ERRNO, e.g. write:3:EIO");
+  save->add_option("--inject-fault", fault,
+                   "Testing: OP:N:ERRNO|KILL, e.g. write:3:EIO or sync:2:KILL");
+  save->add_option("--inject-fault-rank", faultRank, "Testing: the one rank to inject into");
 
   CLI::App *load = app.add_subcommand("load", "Load a checkpoint into the plan's layout");
   load->add_option("--plan", planPath, "Plan file (or directory of per-rank plans)")->required();
@@ -207,7 +210,7 @@ int main(int argc, char **argv) {
   }
 
   const char *command = save->parsed() ? "save" : load->parsed() ? "load" : "reshard";
-  Result<Context> context = makeContext(&argc, &argv, fault);
+  Result<Context> context = makeContext(&argc, &argv, fault, faultRank);
   if (!context)
     return fail(nullptr, command, context.error());
   Communicator &comm = *context->comm;

@@ -56,15 +56,18 @@ public:
 std::unique_ptr<Storage> createPosixStorage();
 
 /// Fails the `nth` (1-based) call of one operation with `error` (an errno
-/// value), then behaves normally: what the EIO/ENOSPC tests use.
+/// value), then behaves normally: what the EIO/ENOSPC tests use. With
+/// kKillProcess the process SIGKILLs itself there instead: the crash tests.
 struct Fault {
+  static constexpr int kKillProcess = -1;
   enum class Op { Write, Sync, Create, Rename } op = Op::Write;
   int nth = 1;
   int error = 5; // EIO
 };
 std::unique_ptr<Storage> createFaultInjectingStorage(std::unique_ptr<Storage> base, Fault fault);
 
-/// Parses "write:3:EIO", "sync:1:ENOSPC", "create:2:EACCES", "rename:1:EIO".
+/// Parses "write:3:EIO", "sync:1:ENOSPC", "create:2:EACCES", "rename:1:EIO",
+/// "write:5:KILL".
 Result<Fault> parseFault(const std::string &text);
 
 } // namespace runtime
