@@ -1,65 +1,88 @@
 #!/usr/bin/env bash
-# The main job on a bundled example: import the model description, lower
-# every fully_shard unit into verified Megatron-FSDP packed layouts, print the
-# lowered IR and where each parameter lives, and write the layout JSON, the
-# layout picture and the per-rank checkpoint plans.
+# The main job: the whole pipeline on a bundled example.
 #
-# usage: scripts/run-example.sh [MODEL.json] [--mesh NAME=SIZE,...] [--placements ...]
-#   default MODEL: examples/worked-example.json; outputs go to out/<model>/.
+#   scripts/run-example.sh                 examples/llama-1gb.json (a ~1 GB checkpoint): import,
+#                                          lower for 4 ranks, emit the plans, save on 4 ranks
+#                                          (mpirun), reshard-load into 2 ranks of another layout,
+#                                          check every value, print throughput
+#   scripts/run-example.sh --compile MODEL.json [--mesh ...] [--placements ...]
+#                                          the compiler alone: lowered IR, layout JSON and SVG,
+#                                          the ranks' pieces, the plans
+# Outputs go to out/<model>/.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${FSDP_BUILD_DIR:-$ROOT/build}"
 
-MODEL="$ROOT/examples/worked-example.json"
-if [[ $# -gt 0 && "$1" != --* ]]; then
-  MODEL="$1"
-  shift
-fi
-[[ -f "$MODEL" ]] || { echo "run-example: no such model description: $MODEL" >&2; exit 2; }
-
 "$ROOT/scripts/setup.sh"
-ninja -C "$BUILD" -j"${FSDP_JOBS:-2}" fsdp-opt fsdp-translate
-
-NAME="$(basename "$MODEL" .json)"
-OUT="$ROOT/out/$NAME"
-mkdir -p "$OUT"
+ninja -C "$BUILD" -j"${FSDP_JOBS:-2}" fsdp-opt fsdp-translate fsdp-ckpt
 BIN="$BUILD/bin"
+MPIRUN=(mpirun --allow-run-as-root --oversubscribe)
 
-echo "== import $MODEL $*"
-"$BIN/fsdp-translate" --import-model-json "$MODEL" "$@" -o "$OUT/model.mlir"
-echo "== lower (fsdp-opt --fsdp-lower-fully-shard)"
-"$BIN/fsdp-opt" "$OUT/model.mlir" \
-  --fsdp-lower-fully-shard=report-canonical-mismatch \
-  -o "$OUT/lowered.mlir" 2> "$OUT/remarks.txt"
-"$BIN/fsdp-translate" --emit-layout-json "$OUT/lowered.mlir" -o "$OUT/layout.json"
-echo "== plan (fsdp-translate --emit-checkpoint-plan)"
-"$BIN/fsdp-translate" --emit-checkpoint-plan "$OUT/lowered.mlir" -o "$OUT/model.fsdpplan"
-"$BIN/fsdp-translate" --emit-layout-svg "$OUT/lowered.mlir" -o "$OUT/layout.svg"
+compile() { # MODEL OUT [import options...]
+  local model="$1" out="$2"
+  shift 2
+  mkdir -p "$out"
+  echo "== import $model $*"
+  "$BIN/fsdp-translate" --import-model-json "$model" "$@" -o "$out/model.mlir"
+  echo "== lower (fsdp-opt --fsdp-lower-fully-shard)"
+  "$BIN/fsdp-opt" "$out/model.mlir" --fsdp-lower-fully-shard=report-canonical-mismatch \
+    -o "$out/lowered.mlir" 2> "$out/remarks.txt"
+  "$BIN/fsdp-translate" --emit-layout-json "$out/lowered.mlir" -o "$out/layout.json"
+  "$BIN/fsdp-translate" --emit-layout-svg "$out/lowered.mlir" -o "$out/layout.svg"
+  echo "== plan (fsdp-translate --emit-checkpoint-plan)"
+  "$BIN/fsdp-translate" --emit-checkpoint-plan "$out/lowered.mlir" -o "$out/model.fsdpplan"
+}
 
-if [[ $(wc -c < "$OUT/lowered.mlir") -lt 20000 ]]; then
-  cat "$OUT/lowered.mlir"
-else
-  echo "(lowered IR is $(wc -c < "$OUT/lowered.mlir") bytes: see $OUT/lowered.mlir)"
-fi
-python3 - "$OUT/layout.json" "$OUT/remarks.txt" <<'PY'
+summarize() { # OUT
+  python3 - "$1/layout.json" "$1/remarks.txt" <<'PY'
 import json, sys
 layout = json.load(open(sys.argv[1]))
 mesh = " x ".join(f"{a['name']}={a['size']}" for a in layout["mesh"])
 groups = layout["groups"]
 params = sum(len(g["params"]) for g in groups)
-print(f"\nmesh {mesh}: {len(groups)} parameter groups, {params} tensors")
-for g in groups[:4]:
+print(f"mesh {mesh}: {len(groups)} parameter groups, {params} tensors")
+for g in groups[:3]:
     print(f"  unit {g['unit'] or '(root)'!r} {g['dtype']}: chunk {g['chunk']}, "
           f"{g['size']} elements, {g['shard_size']} per rank")
-    for p in g["params"][:6]:
+    for p in g["params"][:4]:
         rows = ", ".join(f"r{c['rank']}:{c['row_offset']}+{c['rows']}" for c in p["chunks"][:8])
-        more = " ..." if len(p["chunks"]) > 8 else ""
-        print(f"    {p['fqn']} {p['shape']} @ {p['offset']}: rows {rows}{more}")
-if len(groups) > 4:
-    print(f"  ... {len(groups) - 4} more groups")
+        print(f"    {p['fqn']} {p['shape']} @ {p['offset']}: rows {rows}")
+if len(groups) > 3:
+    print(f"  ... {len(groups) - 3} more groups")
 mismatched = sum(1 for line in open(sys.argv[2]) if "remark:" in line)
-print(f"\n{mismatched} tensors are not where canonical Shard(0) assumes: a "
-      "checkpointer that ignores the packed layout would corrupt them silently.")
+print(f"{mismatched} tensors are not where canonical Shard(0) assumes: a checkpointer that "
+      "ignores the packed layout would corrupt them silently.")
 PY
-echo "checkpoint plan: $OUT/model.fsdpplan ($(wc -c < "$OUT/model.fsdpplan") bytes)"
-echo "outputs in $OUT: model.mlir lowered.mlir layout.json remarks.txt model.fsdpplan$([[ -f $OUT/layout.svg ]] && echo ' layout.svg')"
+}
+
+if [[ "${1:-}" == "--compile" ]]; then
+  shift
+  MODEL="${1:?usage: scripts/run-example.sh --compile MODEL.json [import options]}"
+  shift
+  OUT="$ROOT/out/$(basename "$MODEL" .json)"
+  compile "$MODEL" "$OUT" "$@"
+  if [[ $(wc -c < "$OUT/lowered.mlir") -lt 20000 ]]; then cat "$OUT/lowered.mlir"; fi
+  summarize "$OUT"
+  echo "outputs in $OUT"
+  exit 0
+fi
+
+MODEL="$ROOT/examples/llama-1gb.json"
+OUT="$ROOT/out/llama-1gb"
+rm -rf "$OUT"
+compile "$MODEL" "$OUT/save4" --mesh dp=4
+summarize "$OUT/save4"
+echo "== the same model lowered for 2 ranks: another layout to load into"
+compile "$MODEL" "$OUT/load2" --mesh dp=2 > /dev/null
+
+SEED=20261129
+echo "== save on 4 ranks (mpirun -np 4 fsdp-ckpt save --fill $SEED)"
+"${MPIRUN[@]}" -np 4 "$BIN/fsdp-ckpt" save --plan "$OUT/save4/model.fsdpplan" \
+  --dir "$OUT/checkpoint" --fill "$SEED"
+echo "== verify every byte"
+"$BIN/fsdp-ckpt" verify "$OUT/checkpoint"
+echo "== load into 2 ranks of another layout, check every value"
+"${MPIRUN[@]}" -np 2 "$BIN/fsdp-ckpt" load --plan "$OUT/load2/model.fsdpplan" \
+  --dir "$OUT/checkpoint" --check "$SEED"
+"$BIN/fsdp-ckpt" inspect "$OUT/checkpoint" | head -6
+echo "outputs in $OUT (checkpoint: $(du -sh "$OUT/checkpoint" | cut -f1))"
