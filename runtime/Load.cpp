@@ -23,6 +23,10 @@ struct OpenedItem {
   uint64_t dataOffset = 0; // absolute, of the storage's first byte
   zip::TensorRecord record;
   bool contiguous = true;
+  std::string key;
+  /// The integrity index has this item; verified once, then trusted.
+  bool checksummed = false;
+  bool verified = false;
 };
 
 class Loader {
@@ -101,7 +105,7 @@ public:
       if (!overlap)
         continue;
       covered.push_back(*overlap);
-      Result<const OpenedItem *> item = openItem(read.key, chunk);
+      Result<OpenedItem *> item = openItem(read.key, chunk);
       if (!item)
         return makeError(item.error());
       if (Status status = copyOverlap(**item, source, target, elementSize, base); !status)
@@ -123,9 +127,11 @@ public:
     if (saved->isBytes || !saved->size.empty() || saved->chunks.size() != 1 ||
         saved->properties.dtype != dcp::DType::Float32)
       return makeError(read.key + ": expected a 0-d float32 tensor in " + dir_);
-    Result<const OpenedItem *> item = openItem(read.key, saved->chunks[0]);
+    Result<OpenedItem *> item = openItem(read.key, saved->chunks[0]);
     if (!item)
       return makeError(item.error());
+    if (Status status = verifyWhole(**item, nullptr); !status)
+      return makeError(read.key + ": " + status.error());
     float step = 0;
     if (Status status = (*item)->file->read((*item)->dataOffset + (*item)->record.storageOffset * 4,
                                             &step, sizeof(step));
@@ -194,7 +200,7 @@ private:
     return Status::success();
   }
 
-  Result<const OpenedItem *> openItem(const std::string &key, const dcp::ChunkMetadata &chunk) {
+  Result<OpenedItem *> openItem(const std::string &key, const dcp::ChunkMetadata &chunk) {
     auto info = storage_info_.find({key, chunk.offsets});
     if (info == storage_info_.end())
       return makeError(key + ": the chunk at " + dimsText(chunk.offsets) + " has no storage entry in " +
@@ -214,21 +220,23 @@ private:
       return makeError(path + ": item " + key + " at " + std::to_string(where.offset) + " (" +
                        std::to_string(where.length) + " bytes) lies past the end of the file (" +
                        std::to_string((*file)->size()) + " bytes): truncated file");
-    // Verify the whole item once, when the index has it.
-    if (checksums_.count({where.relativePath, where.offset})) {
-      std::string bytes(where.length, '\0');
-      if (Status status = (*file)->read(where.offset, bytes.data(), bytes.size()); !status)
-        return makeError(key + ": " + status.error());
-      if (Status status = checkItem(where.relativePath, where.offset, bytes); !status)
-        return makeError(key + ": " + status.error());
-    }
     zip::SliceSource slice(**file, where.offset, where.length);
+    // A damaged item of ours is reported as what it is: a checksum mismatch.
+    auto damaged = [&](const std::string &error) -> Error {
+      if (checksums_.count({where.relativePath, where.offset})) {
+        std::string bytes(where.length, '\0');
+        if ((*file)->read(where.offset, bytes.data(), bytes.size()))
+          if (Status status = checkItem(where.relativePath, where.offset, bytes); !status)
+            return makeError(key + ": " + status.error());
+      }
+      return makeError(path + ": item " + key + ": " + error);
+    };
     Result<zip::TorchSaveItem> opened = zip::openTorchSaveItem(slice);
     if (!opened)
-      return makeError(path + ": item " + key + ": " + opened.error());
+      return damaged(opened.error());
     Result<zip::TensorRecord> record = zip::decodeTensorPickle(opened->dataPkl);
     if (!record)
-      return makeError(path + ": item " + key + ": " + record.error());
+      return damaged(record.error());
     const zip::Entry *data = opened->findRecord("data/" + record->storageKey);
     if (!data)
       return makeError(path + ": item " + key + " has no data/" + record->storageKey + " record");
@@ -247,6 +255,8 @@ private:
     item->itemLength = where.length;
     item->dataOffset = where.offset + data->dataOffset;
     item->record = *record;
+    item->key = key;
+    item->checksummed = checksums_.count({where.relativePath, where.offset}) > 0;
     // C order?
     int64_t expected = 1;
     for (size_t d = record->size.size(); d-- > 0;) {
@@ -258,11 +268,94 @@ private:
     return slot.get();
   }
 
+  /// Checks an item against the index once. `data`, when given, already
+  /// holds the item's storage bytes (read into their destination), so only
+  /// the zip header and trailer are read again.
+  Status verifyWhole(OpenedItem &item, const char *data) {
+    if (!item.checksummed || item.verified || !options_.verifyChecksums)
+      return Status::success();
+    integrity::StreamingXxh3 hash;
+    uint64_t dataBegin = item.dataOffset - item.itemOffset;
+    uint64_t dataBytes = item.record.storageBytes();
+    if (dataBegin > item.itemLength || dataBytes > item.itemLength - dataBegin)
+      return makeError(item.fileName + ": item " + item.key + " is malformed");
+    std::string before(dataBegin, '\0'), after(item.itemLength - dataBegin - dataBytes, '\0');
+    if (Status status = item.file->read(item.itemOffset, before.data(), before.size()); !status)
+      return status;
+    if (Status status = item.file->read(item.dataOffset + dataBytes, after.data(), after.size());
+        !status)
+      return status;
+    hash.update(before.data(), before.size());
+    if (data) {
+      hash.update(data, dataBytes);
+    } else {
+      std::string middle(dataBytes, '\0');
+      if (Status status = item.file->read(item.dataOffset, middle.data(), middle.size()); !status)
+        return status;
+      hash.update(middle.data(), middle.size());
+    }
+    hash.update(after.data(), after.size());
+    const integrity::ItemChecksum &expected =
+        checksums_.at({baseName(item.fileName), item.itemOffset});
+    if (expected.length != item.itemLength || expected.xxh3 != hash.digest())
+      return makeError(item.fileName + ": checksum mismatch in the item at " +
+                       std::to_string(item.itemOffset) + " (" + expected.key +
+                       "): the file is corrupt");
+    item.verified = true;
+    return Status::success();
+  }
+
+  /// Reads the item's storage into `destination` in cache-sized blocks,
+  /// hashing each block while it is hot, and checks the item's checksum.
+  Status readAndVerify(OpenedItem &item, char *destination) {
+    uint64_t dataBegin = item.dataOffset - item.itemOffset;
+    uint64_t dataBytes = item.record.storageBytes();
+    if (dataBegin > item.itemLength || dataBytes > item.itemLength - dataBegin)
+      return makeError(item.fileName + ": item " + item.key + " is malformed");
+    std::string before(dataBegin, '\0'), after(item.itemLength - dataBegin - dataBytes, '\0');
+    if (Status status = item.file->read(item.itemOffset, before.data(), before.size()); !status)
+      return status;
+    integrity::StreamingXxh3 hash;
+    hash.update(before.data(), before.size());
+    constexpr uint64_t kBlock = 1 << 20;
+    for (uint64_t at = 0; at < dataBytes; at += kBlock) {
+      uint64_t size = std::min(kBlock, dataBytes - at);
+      if (Status status = item.file->read(item.dataOffset + at, destination + at, size); !status)
+        return status;
+      hash.update(destination + at, size);
+    }
+    if (Status status = item.file->read(item.dataOffset + dataBytes, after.data(), after.size());
+        !status)
+      return status;
+    hash.update(after.data(), after.size());
+    const integrity::ItemChecksum &expected =
+        checksums_.at({baseName(item.fileName), item.itemOffset});
+    if (expected.length != item.itemLength || expected.xxh3 != hash.digest())
+      return makeError(item.fileName + ": checksum mismatch in the item at " +
+                       std::to_string(item.itemOffset) + " (" + expected.key +
+                       "): the file is corrupt");
+    item.verified = true;
+    return Status::success();
+  }
+
   /// Copies source ∩ target into the target piece at `base`.
-  Status copyOverlap(const OpenedItem &item, const layout::Box &source, const layout::Box &target,
+  Status copyOverlap(OpenedItem &item, const layout::Box &source, const layout::Box &target,
                      uint64_t elementSize, char *base) {
     std::vector<layout::CopyRun> runs;
     layout::overlapRuns(source, target, runs);
+    // The whole saved chunk lands contiguously in the piece (a load into the
+    // layout it was saved from): one read straight into the buffer, hashed
+    // there.
+    if (item.contiguous && item.record.storageOffset == 0 && runs.size() == 1 &&
+        runs[0].srcElementOffset == 0 &&
+        static_cast<uint64_t>(runs[0].count) == item.record.storageElements) {
+      char *destination = base + runs[0].dstElementOffset * elementSize;
+      if (!item.checksummed || item.verified || !options_.verifyChecksums)
+        return item.file->read(item.dataOffset, destination, item.record.storageBytes());
+      return readAndVerify(item, destination);
+    }
+    if (Status status = verifyWhole(item, nullptr); !status)
+      return status;
     if (item.contiguous) {
       // Row-range chunks: exactly one run, one contiguous read.
       for (const layout::CopyRun &run : runs)
