@@ -1,39 +1,48 @@
 #!/usr/bin/env python3
-"""Prints "N passed, N failed[, N skipped]" from lit's xunit XML, plus the
-fuzzers' results file ("<fuzzer> pass|fail" per line) when given.
+"""Prints "N passed, N failed[, N skipped]" over every result file given:
+JUnit XML (lit's xunit output, GoogleTest's --gtest_output=xml) and plain
+result files with one "<name> pass|fail" line per test (the fuzzers, the
+sanitizer round trip).
 
-Exits 1 when any test failed or no test ran at all.
+Exits 1 when any test failed, a result file is missing, or no test ran.
 """
 import sys
 import xml.etree.ElementTree as ET
 
 
-def main(path: str, extra: str = "") -> int:
-    try:
-        root = ET.parse(path).getroot()
-    except (OSError, ET.ParseError) as error:
-        print(f"summarize_tests: cannot read {path}: {error}", file=sys.stderr)
-        print("0 passed, 1 failed")
-        return 1
+def count_xml(path):
     passed = failed = skipped = 0
+    root = ET.parse(path).getroot()
     for case in root.iter("testcase"):
         if case.find("failure") is not None or case.find("error") is not None:
             failed += 1
-        elif case.find("skipped") is not None:
+        elif case.find("skipped") is not None or case.get("result") == "skipped":
             skipped += 1
         else:
             passed += 1
-    if extra:
-        try:
-            for result in open(extra):
-                name, _, outcome = result.strip().partition(" ")
-                if outcome == "pass":
-                    passed += 1
-                elif name:
-                    failed += 1
-        except OSError:
-            print(f"summarize_tests: no fuzzer results in {extra}", file=sys.stderr)
+    return passed, failed, skipped
+
+
+def count_lines(path):
+    passed = failed = 0
+    for line in open(path):
+        name, _, outcome = line.strip().partition(" ")
+        if outcome == "pass":
+            passed += 1
+        elif name:
             failed += 1
+    return passed, failed, 0
+
+
+def main(paths):
+    passed = failed = skipped = 0
+    for path in paths:
+        try:
+            p, f, s = count_xml(path) if path.endswith(".xml") else count_lines(path)
+        except (OSError, ET.ParseError) as error:
+            print(f"summarize_tests: cannot read {path}: {error}", file=sys.stderr)
+            p, f, s = 0, 1, 0
+        passed, failed, skipped = passed + p, failed + f, skipped + s
     line = f"{passed} passed, {failed} failed"
     if skipped:
         line += f", {skipped} skipped"
@@ -42,4 +51,4 @@ def main(path: str, extra: str = "") -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:3]))
+    sys.exit(main(sys.argv[1:]))

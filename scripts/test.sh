@@ -22,5 +22,13 @@ if [[ "${FSDP_FUZZ_SECONDS:-10}" != 0 ]]; then
   "$ROOT/scripts/fuzz.sh" "${FSDP_FUZZ_SECONDS:-10}" || status=1
   FUZZ_ARGS=("$FUZZ_RESULTS")
 fi
-python3 "$ROOT/scripts/summarize_tests.py" "$RESULTS" "${FUZZ_ARGS[@]}" || status=1
+# The runtime and its tests under ASan + UBSan (FSDP_ASAN=0 skips it).
+ASAN_ARGS=()
+if [[ "${FSDP_ASAN:-1}" != 0 ]]; then
+  ASAN_RESULTS="${FSDP_ASAN_BUILD_DIR:-$ROOT/build-asan}/results"
+  rm -rf "$ASAN_RESULTS"
+  "$ROOT/scripts/asan.sh" || status=1
+  ASAN_ARGS=("$ASAN_RESULTS"/*.xml "$ASAN_RESULTS/roundtrip.txt")
+fi
+python3 "$ROOT/scripts/summarize_tests.py" "$RESULTS" "${FUZZ_ARGS[@]}" "${ASAN_ARGS[@]}" || status=1
 exit "$status"
