@@ -1,0 +1,76 @@
+/*===- fsdp_runtime.h - C API of the checkpoint runtime ----------*- C -*-===*
+ *
+ * For embedding in training code that is not C++: open a plan for this
+ * process's rank, give the runtime its buffers (or let it allocate them),
+ * save, load, verify. Processes started by mpirun use MPI_COMM_WORLD (the
+ * MPI rank is the plan's flat rank); others are a world of one. Every call
+ * returns 0 on success, or non-zero with a one-line message in `error`.
+ *
+ *===----------------------------------------------------------------------===*/
+#ifndef FSDP_RUNTIME_FSDP_RUNTIME_H
+#define FSDP_RUNTIME_FSDP_RUNTIME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct fsdp_checkpointer fsdp_checkpointer;
+
+/* Buffer roles, as in the plan. */
+enum {
+  FSDP_MAIN_WEIGHT = 0,
+  FSDP_MODEL_WEIGHT = 1,
+  FSDP_MAIN_GRAD = 2,
+  FSDP_EXP_AVG = 3,
+  FSDP_EXP_AVG_SQ = 4
+};
+
+typedef struct {
+  int32_t group;
+  int32_t role;
+  int32_t dtype;     /* fsdp::dcp::DType: 0 f64, 1 f32, 2 f16, 3 bf16, ... */
+  int64_t elements;  /* of this rank's shard */
+  int aliases_main_weight;
+} fsdp_buffer_info;
+
+/* Opens `plan_path` (a plan file or a directory of per-rank plans) for this
+ * process's rank. With `allocate`, the runtime allocates every buffer,
+ * zeroed; otherwise bind each one with fsdp_bind_buffer before a save or
+ * load. */
+int fsdp_open(const char *plan_path, int allocate, fsdp_checkpointer **out, char *error,
+              size_t error_size);
+void fsdp_close(fsdp_checkpointer *checkpointer);
+
+int64_t fsdp_rank(const fsdp_checkpointer *checkpointer);
+int64_t fsdp_world_size(const fsdp_checkpointer *checkpointer);
+size_t fsdp_buffer_count(const fsdp_checkpointer *checkpointer);
+int fsdp_buffer_info_at(const fsdp_checkpointer *checkpointer, size_t index, fsdp_buffer_info *info);
+/* The buffer's memory (allocated or bound), or NULL. */
+void *fsdp_buffer_data(fsdp_checkpointer *checkpointer, int32_t group, int32_t role);
+/* Uses caller-owned memory for one buffer (at least elements x element size
+ * bytes), replacing what was there. */
+int fsdp_bind_buffer(fsdp_checkpointer *checkpointer, int32_t group, int32_t role, void *data,
+                     char *error, size_t error_size);
+
+int fsdp_save(fsdp_checkpointer *checkpointer, const char *dir, int overwrite, float step,
+              char *error, size_t error_size);
+/* Loads any DCP checkpoint into the plan's layout; refreshes model_weight
+ * from main_weight unless `skip_model_weight_sync`. */
+int fsdp_load(fsdp_checkpointer *checkpointer, const char *dir, int skip_model_weight_sync,
+              char *error, size_t error_size);
+int fsdp_verify(const char *dir, char *error, size_t error_size);
+
+/* The deterministic test values of DESIGN.md §4.1. */
+int fsdp_fill_from_seed(fsdp_checkpointer *checkpointer, uint32_t seed, char *error,
+                        size_t error_size);
+int fsdp_check_against_seed(fsdp_checkpointer *checkpointer, uint32_t seed, char *error,
+                            size_t error_size);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FSDP_RUNTIME_FSDP_RUNTIME_H */
