@@ -268,6 +268,18 @@ private:
     return slot.get();
   }
 
+  /// Compares an item's hash with the index; marks it verified.
+  Status settle(OpenedItem &item, uint64_t digest) {
+    const integrity::ItemChecksum &expected =
+        checksums_.at({baseName(item.fileName), item.itemOffset});
+    if (expected.length != item.itemLength || expected.xxh3 != digest)
+      return makeError(item.fileName + ": checksum mismatch in the item at " +
+                       std::to_string(item.itemOffset) + " (" + expected.key +
+                       "): the file is corrupt");
+    item.verified = true;
+    return Status::success();
+  }
+
   /// Checks an item against the index once. `data`, when given, already
   /// holds the item's storage bytes (read into their destination), so only
   /// the zip header and trailer are read again.
@@ -295,14 +307,7 @@ private:
       hash.update(middle.data(), middle.size());
     }
     hash.update(after.data(), after.size());
-    const integrity::ItemChecksum &expected =
-        checksums_.at({baseName(item.fileName), item.itemOffset});
-    if (expected.length != item.itemLength || expected.xxh3 != hash.digest())
-      return makeError(item.fileName + ": checksum mismatch in the item at " +
-                       std::to_string(item.itemOffset) + " (" + expected.key +
-                       "): the file is corrupt");
-    item.verified = true;
-    return Status::success();
+    return settle(item, hash.digest());
   }
 
   /// Reads the item's storage into `destination` in cache-sized blocks,
@@ -328,14 +333,7 @@ private:
         !status)
       return status;
     hash.update(after.data(), after.size());
-    const integrity::ItemChecksum &expected =
-        checksums_.at({baseName(item.fileName), item.itemOffset});
-    if (expected.length != item.itemLength || expected.xxh3 != hash.digest())
-      return makeError(item.fileName + ": checksum mismatch in the item at " +
-                       std::to_string(item.itemOffset) + " (" + expected.key +
-                       "): the file is corrupt");
-    item.verified = true;
-    return Status::success();
+    return settle(item, hash.digest());
   }
 
   /// Copies source ∩ target into the target piece at `base`.

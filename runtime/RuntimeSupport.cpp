@@ -7,17 +7,7 @@ namespace runtime {
 Result<const zip::ItemLayout *> ItemLayoutCache::get(dcp::DType dtype, const dcp::Dims &sizes) {
   auto &slot = layouts_[{dtype, sizes}];
   if (!slot) {
-    Result<zip::TensorRecord> record = zip::contiguousTensor(dtype, sizes);
-    if (!record)
-      return makeError(record.error());
-    Result<std::string> pickled = zip::encodeTensorPickle(*record);
-    if (!pickled)
-      return makeError(pickled.error());
-    uint64_t elements = 1;
-    for (int64_t size : sizes)
-      elements *= static_cast<uint64_t>(size);
-    Result<zip::ItemLayout> layout =
-        zip::planTensorItem(*pickled, elements * dcp::dtypeInfo(dtype).elementSize);
+    Result<zip::ItemLayout> layout = zip::planContiguousTensorItem(dtype, sizes);
     if (!layout)
       return makeError(layout.error());
     slot = std::make_unique<zip::ItemLayout>(layout.take());

@@ -898,3 +898,19 @@ Result<TorchSaveItem> openTorchSaveItem(const ByteSource &source) {
 
 } // namespace zip
 } // namespace fsdp
+
+namespace fsdp {
+namespace zip {
+
+Result<ItemLayout> planContiguousTensorItem(dcp::DType dtype, const dcp::Dims &size) {
+  Result<TensorRecord> record = contiguousTensor(dtype, size);
+  if (!record)
+    return makeError(record.error());
+  Result<std::string> pickled = encodeTensorPickle(*record);
+  if (!pickled)
+    return makeError(pickled.error());
+  return planTensorItem(*pickled, record->storageBytes());
+}
+
+} // namespace zip
+} // namespace fsdp

@@ -191,17 +191,7 @@ Result<const zip::ItemLayout *> Planner::tensorLayout(dcp::DType dtype,
                                                       const dcp::Dims &sizes) {
   auto &slot = layouts_[{dtype, sizes}];
   if (!slot) {
-    Result<zip::TensorRecord> record = zip::contiguousTensor(dtype, sizes);
-    if (!record)
-      return makeError(record.error());
-    Result<std::string> pickled = zip::encodeTensorPickle(*record);
-    if (!pickled)
-      return makeError(pickled.error());
-    int64_t elements = 1;
-    for (int64_t size : sizes)
-      elements *= size;
-    Result<zip::ItemLayout> item = zip::planTensorItem(
-        *pickled, static_cast<uint64_t>(elements) * dcp::dtypeInfo(dtype).elementSize);
+    Result<zip::ItemLayout> item = zip::planContiguousTensorItem(dtype, sizes);
     if (!item)
       return makeError(item.error());
     slot = std::make_unique<zip::ItemLayout>(item.take());

@@ -189,6 +189,10 @@ struct TensorRecord {
 /// Fails if the element count overflows.
 Result<TensorRecord> contiguousTensor(dcp::DType dtype, const dcp::Dims &size);
 
+/// The whole item of a C-contiguous tensor of `size`: what the planner sizes
+/// and the runtime writes, so their offsets agree by construction.
+Result<ItemLayout> planContiguousTensorItem(dcp::DType dtype, const dcp::Dims &size);
+
 /// The data.pkl torch.save writes for `record`, byte for byte:
 /// _rebuild_tensor_v2 with a legacy typed storage, or _rebuild_tensor_v3
 /// with an UntypedStorage (numel in bytes) for dtypes without one.
