@@ -7,10 +7,13 @@ two f32 Adam moments, ~3.7 GB on disk). Save: `mpirun -np 2 fsdp-ckpt save`
 (every byte fsynced, the commit included) against the same bytes per rank
 written by 2 processes with dd (conv=fsync, 16 MiB blocks). Load: `fsdp-ckpt
 load` of the same layout against 2 processes reading the same files into
-buffers of their size, in the same (warm) cache state. Prints one JSON line per figure (DESIGN.md
-§6), then a summary. PyTorch DCP is not measured here (no torch install).
+buffers of their size, in the same (warm) cache state. Then PyTorch DCP (CPU, gloo, 2 processes)
+saves and loads the same tensors (bench/dcp_compare.py, with torch installed
+from PyPI into .venv-bench on first use), and reads our checkpoint back,
+checking sampled values. Prints one JSON line per figure (DESIGN.md §6), then
+a summary.
 
-usage: bench/checkpoint.py [--build DIR] [--repeat N] [--workdir DIR]
+usage: bench/checkpoint.py [--build DIR] [--repeat N] [--workdir DIR] [--no-dcp]
 """
 import argparse
 import json
@@ -47,6 +50,30 @@ def parallel(commands):
     return time.perf_counter() - start
 
 
+def compare_with_dcp(venv, ckdir, work):
+    """Runs bench/dcp_compare.py with torch; None (with a note) if unavailable."""
+    python = os.path.join(venv, "bin", "python")
+    if not os.path.exists(python):
+        print(f"bench: installing torch from PyPI into {venv} (once)", file=sys.stderr)
+        if subprocess.run([sys.executable, "-m", "venv", venv]).returncode or subprocess.run(
+                [python, "-m", "pip", "install", "-q", "torch", "numpy"]).returncode:
+            print("bench: no torch: the DCP comparison is skipped", file=sys.stderr)
+            return None
+    out = subprocess.run([python, os.path.join(ROOT, "bench", "dcp_compare.py"), ckdir, "1", work],
+                         capture_output=True, text=True)
+    if out.returncode:
+        print(f"bench: the DCP comparison failed:\n{out.stderr[-2000:]}", file=sys.stderr)
+        return None
+    figures = {}
+    for line in out.stdout.splitlines():
+        record = json.loads(line)
+        if record["name"] == "torch_read_check":
+            figures.update(checked=record["elements_checked"], keys=record["keys"])
+        else:
+            figures[record["name"]] = record["value"]
+    return figures
+
+
 def emit(name, value, ref, ratio):
     print(json.dumps({"name": name, "value": round(value, 3), "unit": "GB/s", "vs": "ceiling",
                       "ref": round(ref, 3), "ratio": round(ratio, 3)}), flush=True)
@@ -57,6 +84,9 @@ def main():
     parser.add_argument("--build", default=os.path.join(ROOT, "build"))
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--workdir", default=None, help="where the checkpoints go (a real disk)")
+    parser.add_argument("--no-dcp", action="store_true", help="skip the PyTorch DCP comparison")
+    parser.add_argument("--venv", default=os.path.join(ROOT, ".venv-bench"),
+                        help="Python environment with torch (created with pip if missing)")
     args = parser.parse_args()
     bin_dir = os.path.join(args.build, "bin")
     translate, opt, ckpt = (os.path.join(bin_dir, t) for t in ("fsdp-translate", "fsdp-opt", "fsdp-ckpt"))
@@ -113,6 +143,13 @@ def main():
             best["bytes"] = total
         emit("save", *best["save"])
         emit("load", *best["load"])
+        dcp = None if args.no_dcp else compare_with_dcp(args.venv, ckdir, work)
+        if dcp:
+            for key in ("save", "load"):
+                ours = best[key][0]
+                print(json.dumps({"name": key, "value": round(ours, 3), "unit": "GB/s", "vs": "dcp",
+                                  "ref": round(dcp[f"dcp_{key}"], 3),
+                                  "ratio": round(ours / dcp[f"dcp_{key}"], 3)}), flush=True)
         print(f"\nsummary: {best['bytes'] / 1e9:.2f} GB checkpoint over 2 ranks (best of {args.repeat}; "
               "save and load times as fsdp-ckpt reports them)")
         print(f"  save {best['save'][0]:.2f} GB/s vs dd write+fsync {best['save'][1]:.2f} GB/s "
@@ -121,6 +158,13 @@ def main():
               f"= {best['load'][2]:.2f} x ceiling (bar 0.85)")
         print("  (save: the same bytes written and fsynced by 2 dd processes; load: the same files "
               "read by 2 processes into buffers of their size)")
+        if dcp:
+            print(f"  PyTorch DCP on the same tensors: save {dcp['dcp_save']:.2f} GB/s "
+                  f"(ours {best['save'][0] / dcp['dcp_save']:.2f}x), load {dcp['dcp_load']:.2f} GB/s "
+                  f"(ours {best['load'][0] / dcp['dcp_load']:.2f}x)")
+            print(f"  torch.distributed.checkpoint.load read our checkpoint at "
+                  f"{dcp['torch_loads_ours']:.2f} GB/s; {dcp['checked']} sampled elements of "
+                  f"{dcp['keys']} keys equal the --fill values")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
