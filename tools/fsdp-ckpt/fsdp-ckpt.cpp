@@ -134,9 +134,18 @@ Status agreeOnRoot(Communicator &comm, const Status &rootStatus) {
   return decided->empty() ? Status::success() : Status(makeError(*decided));
 }
 
+/// An error every rank agreed on: rank 0 reports it.
 int fail(Communicator *comm, const char *command, const std::string &message) {
   if (!comm || comm->rank() == 0)
     std::cerr << "fsdp-ckpt " << command << ": " << message << "\n";
+  return 1;
+}
+
+/// An error of this rank alone (before any collective): it reports it.
+int failHere(Communicator &comm, const char *command, const std::string &message) {
+  std::cerr << "fsdp-ckpt " << command << ": "
+            << (comm.size() > 1 ? "rank " + std::to_string(comm.rank()) + ": " : "") << message
+            << "\n";
   return 1;
 }
 
@@ -217,17 +226,17 @@ int main(int argc, char **argv) {
   Storage &storage = *context->storage;
   Result<plan::PlanFile> planFile = openPlan(planPath, comm.rank());
   if (!planFile)
-    return fail(&comm, command, planFile.error());
+    return failHere(comm, command, planFile.error());
   Result<plan::RankPlan> rankPlan = rankPlanFor(*planFile, comm);
   if (!rankPlan)
-    return fail(&comm, command, rankPlan.error());
+    return failHere(comm, command, rankPlan.error());
   Result<RankBuffers> buffers = RankBuffers::allocate(*rankPlan);
   if (!buffers)
-    return fail(&comm, command, buffers.error());
+    return failHere(comm, command, buffers.error());
 
   if (save->parsed()) {
     if (Status status = fillFromSeed(*rankPlan, *buffers, static_cast<uint32_t>(seed)); !status)
-      return fail(&comm, command, status.error());
+      return failHere(comm, command, status.error());
     SaveOptions options;
     options.overwrite = overwrite;
     options.step = step;
