@@ -130,13 +130,11 @@ public:
     Result<OpenedItem *> item = openItem(read.key, saved->chunks[0]);
     if (!item)
       return makeError(item.error());
-    if (Status status = verifyWhole(**item, nullptr); !status)
+    std::string storage((*item)->record.storageBytes(), '\0');
+    if (Status status = readStorage(**item, storage.data()); !status)
       return makeError(read.key + ": " + status.error());
     float step = 0;
-    if (Status status = (*item)->file->read((*item)->dataOffset + (*item)->record.storageOffset * 4,
-                                            &step, sizeof(step));
-        !status)
-      return makeError(read.key + ": " + status.error());
+    std::memcpy(&step, storage.data() + (*item)->record.storageOffset * sizeof(float), sizeof(step));
     return step;
   }
 
@@ -280,34 +278,16 @@ private:
     return Status::success();
   }
 
-  /// Checks an item against the index once. `data`, when given, already
-  /// holds the item's storage bytes (read into their destination), so only
-  /// the zip header and trailer are read again.
-  Status verifyWhole(OpenedItem &item, const char *data) {
-    if (!item.checksummed || item.verified || !options_.verifyChecksums)
-      return Status::success();
-    integrity::StreamingXxh3 hash;
-    uint64_t dataBegin = item.dataOffset - item.itemOffset;
-    uint64_t dataBytes = item.record.storageBytes();
-    if (dataBegin > item.itemLength || dataBytes > item.itemLength - dataBegin)
-      return makeError(item.fileName + ": item " + item.key + " is malformed");
-    std::string before(dataBegin, '\0'), after(item.itemLength - dataBegin - dataBytes, '\0');
-    if (Status status = item.file->read(item.itemOffset, before.data(), before.size()); !status)
-      return status;
-    if (Status status = item.file->read(item.dataOffset + dataBytes, after.data(), after.size());
-        !status)
-      return status;
-    hash.update(before.data(), before.size());
-    if (data) {
-      hash.update(data, dataBytes);
-    } else {
-      std::string middle(dataBytes, '\0');
-      if (Status status = item.file->read(item.dataOffset, middle.data(), middle.size()); !status)
-        return status;
-      hash.update(middle.data(), middle.size());
-    }
-    hash.update(after.data(), after.size());
-    return settle(item, hash.digest());
+  bool needsCheck(const OpenedItem &item) const {
+    return item.checksummed && !item.verified && options_.verifyChecksums;
+  }
+
+  /// The item's whole storage into `destination`, checked against the
+  /// index the first time the item is read.
+  Status readStorage(OpenedItem &item, char *destination) {
+    if (!needsCheck(item))
+      return item.file->read(item.dataOffset, destination, item.record.storageBytes());
+    return readAndVerify(item, destination);
   }
 
   /// Reads the item's storage into `destination` in cache-sized blocks,
@@ -347,14 +327,9 @@ private:
     if (item.contiguous && item.record.storageOffset == 0 && runs.size() == 1 &&
         runs[0].srcElementOffset == 0 &&
         static_cast<uint64_t>(runs[0].count) == item.record.storageElements) {
-      char *destination = base + runs[0].dstElementOffset * elementSize;
-      if (!item.checksummed || item.verified || !options_.verifyChecksums)
-        return item.file->read(item.dataOffset, destination, item.record.storageBytes());
-      return readAndVerify(item, destination);
+      return readStorage(item, base + runs[0].dstElementOffset * elementSize);
     }
-    if (Status status = verifyWhole(item, nullptr); !status)
-      return status;
-    if (item.contiguous) {
+    if (item.contiguous && !needsCheck(item)) {
       // Row-range chunks: exactly one run, one contiguous read.
       for (const layout::CopyRun &run : runs)
         if (Status status = item.file->read(
@@ -364,18 +339,24 @@ private:
           return status;
       return Status::success();
     }
-    // A strided item (PyTorch may save views): materialize it in C order.
+    // Read (and check) the storage once; serve the runs from memory, in C
+    // order (PyTorch may save strided views).
     std::string storage(item.record.storageBytes(), '\0');
-    if (Status status = item.file->read(item.dataOffset, storage.data(), storage.size()); !status)
+    if (Status status = readStorage(item, storage.data()); !status)
       return status;
-    std::string dense(item.record.elementCount() * elementSize, '\0');
-    if (Status status = zip::copyToContiguous(item.record, storage.data(), storage.size(),
-                                              dense.data());
-        !status)
-      return status;
+    std::string dense;
+    const char *elements = storage.data() + item.record.storageOffset * elementSize;
+    if (!item.contiguous) {
+      dense.assign(item.record.elementCount() * elementSize, '\0');
+      if (Status status = zip::copyToContiguous(item.record, storage.data(), storage.size(),
+                                                dense.data());
+          !status)
+        return status;
+      elements = dense.data();
+    }
     for (const layout::CopyRun &run : runs)
       std::memcpy(base + run.dstElementOffset * elementSize,
-                  dense.data() + run.srcElementOffset * elementSize, run.count * elementSize);
+                  elements + run.srcElementOffset * elementSize, run.count * elementSize);
     return Status::success();
   }
 
