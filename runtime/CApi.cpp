@@ -33,7 +33,7 @@ Result<RankBuffers *> buffersOf(fsdp_checkpointer *c) {
   if (!c->buffers) {
     Result<RankBuffers> wrapped = RankBuffers::wrap(c->plan, c->memory);
     if (!wrapped)
-      return makeError(wrapped.error() + " (bind it with fsdp_bind_buffer)");
+      return propagate(wrapped, wrapped.error() + " (bind it with fsdp_bind_buffer)");
     c->buffers = wrapped.take();
   }
   return &*c->buffers;

@@ -52,13 +52,13 @@ Status FileSource::read(uint64_t offset, void *out, size_t count) const {
 Result<std::string> readWholeFile(const std::string &path, uint64_t maxBytes) {
   Result<std::unique_ptr<FileSource>> file = FileSource::open(path);
   if (!file)
-    return makeError(file.error());
+    return file.failure();
   if ((*file)->size() > maxBytes)
     return makeError(path + ": " + std::to_string((*file)->size()) +
                      " bytes is more than this reader accepts");
   std::string bytes((*file)->size(), '\0');
   if (Status status = (*file)->read(0, bytes.data(), bytes.size()); !status)
-    return makeError(status.error());
+    return status.failure();
   return bytes;
 }
 

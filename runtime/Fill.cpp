@@ -14,7 +14,7 @@ Status forEachPiece(const plan::RankPlan &plan, const RankBuffers &buffers, Visi
       continue;
     Result<BufferView> view = buffers.get(read.buffer.group, read.buffer.role);
     if (!view)
-      return makeError(read.key + ": " + view.error());
+      return propagate(view, read.key + ": " + view.error());
     uint64_t elementSize = dcp::dtypeInfo(view->dtype).elementSize;
     uint64_t rowSize = 1;
     for (size_t d = 1; d < read.chunkSizes.size(); ++d)
@@ -36,7 +36,7 @@ Status fillFromSeed(const plan::RankPlan &plan, RankBuffers &buffers, uint32_t s
     if (Status s = fillTestValues(read.dtype, fnv1a32(read.key), first,
                                   static_cast<uint64_t>(read.buffer.elements), seed, data);
         !s)
-      return makeError(read.key + ": " + s.error());
+      return propagate(s, read.key + ": " + s.error());
     return Status::success();
   });
   if (!status)
@@ -65,7 +65,7 @@ Status checkAgainstSeed(const plan::RankPlan &plan, const RankBuffers &buffers, 
       std::string offsets;
       for (int64_t o : read.chunkOffsets)
         offsets += (offsets.empty() ? "" : ", ") + std::to_string(o);
-      return makeError(read.key + " (chunk at [" + offsets + "]): " + s.error());
+      return propagate(s, read.key + " (chunk at [" + offsets + "]): " + s.error());
     }
     return Status::success();
   });

@@ -31,7 +31,7 @@ Result<std::string> bytesItemValue(const std::string &dir, const dcp::StorageInf
   if (!file) {
     Result<std::unique_ptr<FileSource>> opened = FileSource::open(dir + "/" + info.relativePath);
     if (!opened)
-      return makeError(opened.error());
+      return opened.failure();
     file = opened.take();
   }
   if (info.transformDescriptors && !info.transformDescriptors->empty())
@@ -42,10 +42,10 @@ Result<std::string> bytesItemValue(const std::string &dir, const dcp::StorageInf
   zip::SliceSource slice(*file, info.offset, info.length);
   Result<zip::TorchSaveItem> item = zip::openTorchSaveItem(slice);
   if (!item)
-    return makeError(file->path() + ": " + item.error());
+    return propagate(item, file->path() + ": " + item.error());
   Result<pickle::Document> document = pickle::read(item->dataPkl);
   if (!document)
-    return makeError(file->path() + ": " + document.error());
+    return propagate(document, file->path() + ": " + document.error());
   return pickle::toPythonRepr(*document->root());
 }
 
@@ -56,10 +56,10 @@ Status inspectCheckpoint(const std::string &dir, const InspectOptions &options,
   std::string metadataPath = dir + "/.metadata";
   Result<std::string> bytes = readWholeFile(metadataPath);
   if (!bytes)
-    return makeError(bytes.error() + " (is this a DCP checkpoint directory?)");
+    return propagate(bytes, bytes.error() + " (is this a DCP checkpoint directory?)");
   Result<dcp::Metadata> metadata = dcp::parseMetadata(*bytes);
   if (!metadata)
-    return makeError(metadataPath + ": " + metadata.error());
+    return propagate(metadata, metadataPath + ": " + metadata.error());
 
   // Chunk -> storage, and per-file totals.
   std::map<std::pair<std::string, dcp::Dims>, const dcp::StorageInfo *> storageOf;

@@ -39,27 +39,27 @@ public:
       return status;
     Result<std::unique_ptr<zip::ByteSource>> metadataFile = storage_.openRead(dir_ + "/.metadata");
     if (!metadataFile)
-      return makeError(metadataFile.error() +
+      return propagate(metadataFile, metadataFile.error() +
                        " (no committed checkpoint here; an interrupted save leaves none)");
     std::string bytes((*metadataFile)->size(), '\0');
     if (Status status = (*metadataFile)->read(0, bytes.data(), bytes.size()); !status)
       return status;
     Result<dcp::Metadata> metadata = dcp::parseMetadata(bytes);
     if (!metadata)
-      return makeError(dir_ + "/.metadata: " + metadata.error());
+      return propagate(metadata, dir_ + "/.metadata: " + metadata.error());
     metadata_ = metadata.take();
     // Our checkpoints carry an integrity index: check `.metadata` with it.
     std::string indexPath = dir_ + "/" + integrity::kIndexFileName;
     if (options_.verifyChecksums && storage_.exists(indexPath)) {
       Result<std::unique_ptr<zip::ByteSource>> indexFile = storage_.openRead(indexPath);
       if (!indexFile)
-        return makeError(indexFile.error());
+        return indexFile.failure();
       std::string indexBytes((*indexFile)->size(), '\0');
       if (Status status = (*indexFile)->read(0, indexBytes.data(), indexBytes.size()); !status)
         return status;
       Result<integrity::IntegrityIndex> index = integrity::parseIndex(indexBytes);
       if (!index)
-        return makeError(indexPath + ": " + index.error());
+        return propagate(index, indexPath + ": " + index.error());
       if (index->metadataLength != bytes.size() ||
           index->metadataXxh3 != integrity::xxh3(bytes.data(), bytes.size()))
         return makeError(dir_ + "/.metadata: checksum mismatch against " +
@@ -89,7 +89,7 @@ public:
                        dcp::dtypeInfo(read.dtype).name);
     Result<BufferView> view = buffers.get(read.buffer.group, read.buffer.role);
     if (!view)
-      return makeError(read.key + ": " + view.error());
+      return propagate(view, read.key + ": " + view.error());
     uint64_t elementSize = dcp::dtypeInfo(read.dtype).elementSize;
     if (view->dtype != read.dtype ||
         static_cast<uint64_t>(read.buffer.localOffset + read.buffer.elements) * elementSize >
@@ -107,9 +107,9 @@ public:
       covered.push_back(*overlap);
       Result<OpenedItem *> item = openItem(read.key, chunk);
       if (!item)
-        return makeError(item.error());
+        return item.failure();
       if (Status status = copyOverlap(**item, source, target, elementSize, base); !status)
-        return makeError(read.key + ": " + status.error());
+        return propagate(status, read.key + ": " + status.error());
     }
     if (!layout::covers(covered, target))
       return makeError(read.key + ": no saved chunk in " + dir_ + " covers part of rows [" +
@@ -129,10 +129,10 @@ public:
       return makeError(read.key + ": expected a 0-d float32 tensor in " + dir_);
     Result<OpenedItem *> item = openItem(read.key, saved->chunks[0]);
     if (!item)
-      return makeError(item.error());
+      return item.failure();
     std::string storage((*item)->record.storageBytes(), '\0');
     if (Status status = readStorage(**item, storage.data()); !status)
-      return makeError(read.key + ": " + status.error());
+      return propagate(status, read.key + ": " + status.error());
     float step = 0;
     std::memcpy(&step, storage.data() + (*item)->record.storageOffset * sizeof(float), sizeof(step));
     return step;
@@ -149,12 +149,12 @@ public:
         return makeError(key + ": no storage entry in " + dir_ + "/.metadata");
       Result<const zip::ByteSource *> file = openFile(info->second->relativePath);
       if (!file)
-        return makeError(file.error());
+        return file.failure();
       std::string bytes(info->second->length, '\0');
       if (Status status = (*file)->read(info->second->offset, bytes.data(), bytes.size()); !status)
-        return makeError(key + ": " + status.error());
+        return propagate(status, key + ": " + status.error());
       if (Status status = checkItem(info->second->relativePath, info->second->offset, bytes); !status)
-        return makeError(key + ": " + status.error());
+        return propagate(status, key + ": " + status.error());
       out[key] = std::move(bytes);
     }
     return out;
@@ -180,7 +180,7 @@ private:
     if (!slot) {
       Result<std::unique_ptr<zip::ByteSource>> file = storage_.openRead(dir_ + "/" + name);
       if (!file)
-        return makeError(file.error());
+        return file.failure();
       slot = file.take();
     }
     return slot.get();
@@ -212,7 +212,7 @@ private:
                        "), which this runtime does not read");
     Result<const zip::ByteSource *> file = openFile(where.relativePath);
     if (!file)
-      return makeError(file.error());
+      return file.failure();
     std::string path = dir_ + "/" + where.relativePath;
     if (where.offset > (*file)->size() || where.length > (*file)->size() - where.offset)
       return makeError(path + ": item " + key + " at " + std::to_string(where.offset) + " (" +
@@ -225,7 +225,7 @@ private:
         std::string bytes(where.length, '\0');
         if ((*file)->read(where.offset, bytes.data(), bytes.size()))
           if (Status status = checkItem(where.relativePath, where.offset, bytes); !status)
-            return makeError(key + ": " + status.error());
+            return propagate(status, key + ": " + status.error());
       }
       return makeError(path + ": item " + key + ": " + error);
     };
@@ -410,7 +410,7 @@ Result<LoadResult> loadCheckpoint(const plan::RankPlan &plan, RankBuffers &buffe
     } else if (read.source == plan::ItemSource::Step) {
       Result<float> step = loader.loadStep(read);
       if (!step)
-        status = makeError(step.error());
+        status = step.failure();
       else if (!result.step)
         result.step = *step;
       ++result.stats.items;
@@ -424,14 +424,14 @@ Result<LoadResult> loadCheckpoint(const plan::RankPlan &plan, RankBuffers &buffe
   if (status) {
     Result<std::map<std::string, std::string>> bytes = loader.bytesItems();
     if (!bytes)
-      status = makeError(bytes.error());
+      status = bytes.failure();
     else
       result.bytesItems = bytes.take();
   }
   if (status && options.syncModelWeights)
     status = refreshModelWeights(plan, buffers);
   if (Status agreed = agree(comm, status, 0); !agreed)
-    return makeError("load from " + trimSlashes(dir) + " failed: " + agreed.error());
+    return propagate(agreed, "load from " + trimSlashes(dir) + " failed: " + agreed.error());
   result.stats.bytes = loader.bytesRead();
   result.stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (options.progress)

@@ -46,7 +46,7 @@ public:
                                        static_cast<int>(root), MPI_COMM_WORLD),
                             "MPI_Gather");
         !s)
-      return makeError(s.error());
+      return s.failure();
     std::vector<int> counts, displs;
     std::string all;
     if (rank_ == root) {
@@ -65,7 +65,7 @@ public:
                                         static_cast<int>(root), MPI_COMM_WORLD),
                             "MPI_Gatherv");
         !s)
-      return makeError(s.error());
+      return s.failure();
     std::vector<std::string> out;
     if (rank_ == root)
       for (int64_t r = 0; r < size_; ++r)
@@ -79,13 +79,13 @@ public:
                                       MPI_COMM_WORLD),
                             "MPI_Bcast");
         !s)
-      return makeError(s.error());
+      return s.failure();
     std::string out = rank_ == root ? bytes : std::string(static_cast<size_t>(length), '\0');
     if (Status s = mpiCheck(MPI_Bcast(out.data(), static_cast<int>(length), MPI_BYTE,
                                       static_cast<int>(root), MPI_COMM_WORLD),
                             "MPI_Bcast");
         !s)
-      return makeError(s.error());
+      return s.failure();
     return out;
   }
 

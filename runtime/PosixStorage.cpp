@@ -98,7 +98,7 @@ public:
   Result<std::unique_ptr<zip::ByteSource>> openRead(const std::string &path) override {
     Result<std::unique_ptr<FileSource>> file = FileSource::open(path);
     if (!file)
-      return makeError(file.error());
+      return file.failure();
     return std::unique_ptr<zip::ByteSource>(file.take());
   }
   bool exists(const std::string &path) override {

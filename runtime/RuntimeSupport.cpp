@@ -9,7 +9,7 @@ Result<const zip::ItemLayout *> ItemLayoutCache::get(dcp::DType dtype, const dcp
   if (!slot) {
     Result<zip::ItemLayout> layout = zip::planContiguousTensorItem(dtype, sizes);
     if (!layout)
-      return makeError(layout.error());
+      return layout.failure();
     slot = std::make_unique<zip::ItemLayout>(layout.take());
   }
   return slot.get();
@@ -60,7 +60,7 @@ Status writeFileDurably(Storage &storage, const std::string &dir, const std::str
   std::string temporary = dir + "/" + name + ".tmp";
   Result<std::unique_ptr<WritableFile>> file = storage.create(temporary);
   if (!file)
-    return makeError(file.error());
+    return file.failure();
   if (Status status = (*file)->writeAt(0, {{bytes.data(), bytes.size()}}); !status)
     return status;
   if (Status status = (*file)->sync(); !status)
@@ -85,7 +85,7 @@ Outcome decodeOutcome(const std::string &bytes) {
 Status agree(Communicator &comm, const Status &local, int64_t root) {
   Result<std::vector<std::string>> gathered = comm.gather(encodeOutcome(local), root);
   if (!gathered)
-    return makeError(gathered.error());
+    return gathered.failure();
   std::string verdict;
   if (comm.rank() == root)
     for (size_t r = 0; r < gathered->size(); ++r) {
@@ -98,7 +98,7 @@ Status agree(Communicator &comm, const Status &local, int64_t root) {
     }
   Result<std::string> decided = comm.broadcast(verdict, root);
   if (!decided)
-    return makeError(decided.error());
+    return decided.failure();
   if (!decided->empty())
     return makeError(*decided);
   return Status::success();

@@ -23,7 +23,7 @@ struct ItemWriter {
   Status writeTensor(const plan::WriteItem &item, const void *data) {
     Result<const zip::ItemLayout *> cached = layouts.get(item.dtype, item.chunkSizes);
     if (!cached)
-      return makeError(item.key + ": " + cached.error());
+      return propagate(cached, item.key + ": " + cached.error());
     const zip::ItemLayout &layout = **cached;
     if (layout.totalSize != item.itemLength ||
         item.itemOffset + layout.dataOffset != item.dataOffset || layout.dataSize != item.dataLength)
@@ -46,7 +46,7 @@ struct ItemWriter {
                                                        {data, layout.dataSize},
                                                        {filled.trailer.data(), filled.trailer.size()}});
         !status)
-      return makeError(status.error() + " (item " + item.key + ")");
+      return propagate(status, status.error() + " (item " + item.key + ")");
     checksums.push_back({itemChecksumKey(item.key, item.chunkOffsets, item.source != plan::ItemSource::Bytes),
                          baseName(file.path()), item.itemOffset, item.itemLength, hash.digest()});
     bytes += item.itemLength;
@@ -55,7 +55,7 @@ struct ItemWriter {
 
   Status writeBytes(const plan::WriteItem &item, const std::string &payload) {
     if (Status status = file.writeAt(item.itemOffset, {{payload.data(), payload.size()}}); !status)
-      return makeError(status.error() + " (item " + item.key + ")");
+      return propagate(status, status.error() + " (item " + item.key + ")");
     checksums.push_back({itemChecksumKey(item.key, item.chunkOffsets, false), baseName(file.path()),
                          item.itemOffset, payload.size(),
                          integrity::xxh3(payload.data(), payload.size())});
@@ -75,7 +75,7 @@ Status writeRankFile(const plan::RankPlan &plan, const RankBuffers &buffers,
                      std::to_string(plan.files.size()) + " data files; this runtime writes one");
   Result<std::unique_ptr<WritableFile>> file = storage.create(staging + "/" + plan.files[0].name);
   if (!file)
-    return makeError(file.error());
+    return file.failure();
   ItemLayoutCache layouts;
   ItemWriter writer{layouts, **file, checksums};
   auto start = std::chrono::steady_clock::now();
@@ -88,7 +88,7 @@ Status writeRankFile(const plan::RankPlan &plan, const RankBuffers &buffers,
     case plan::ItemSource::Buffer: {
       Result<BufferView> view = buffers.get(item.buffer.group, item.buffer.role);
       if (!view)
-        return makeError(item.key + ": " + view.error());
+        return propagate(view, item.key + ": " + view.error());
       uint64_t elementSize = dcp::dtypeInfo(view->dtype).elementSize;
       if (view->dtype != item.dtype)
         return makeError(item.key + ": buffer holds " + dcp::dtypeInfo(view->dtype).name +
@@ -134,7 +134,7 @@ Result<std::string> patchBytesLengths(const std::string &metadataBytes,
                                       const std::vector<integrity::ItemChecksum> &items) {
   Result<dcp::Metadata> metadata = dcp::parseMetadata(metadataBytes);
   if (!metadata)
-    return makeError("the plan's .metadata: " + metadata.error());
+    return propagate(metadata, "the plan's .metadata: " + metadata.error());
   bool changed = false;
   for (auto &[index, info] : metadata->storageData) {
     if (index.offset)
@@ -157,10 +157,10 @@ Status commit(const plan::PlanFile &planFile, const std::string &staging, const 
               const std::vector<integrity::ItemChecksum> &items) {
   Result<std::string> planned = planFile.metadataBytes();
   if (!planned)
-    return makeError(planned.error());
+    return planned.failure();
   Result<std::string> metadata = patchBytesLengths(*planned, items);
   if (!metadata)
-    return makeError(metadata.error());
+    return metadata.failure();
   integrity::IntegrityIndex index;
   index.planId = planFile.planId();
   index.writer = options.writer;
@@ -214,7 +214,7 @@ Result<TransferStats> saveCheckpoint(const plan::PlanFile &planFile, const plan:
       prepared = storage.makeDir(staging);
   }
   if (Status agreed = agree(comm, prepared, root); !agreed)
-    return makeError(agreed.error());
+    return agreed.failure();
 
   // 2. Every rank writes and fsyncs its items.
   TransferStats stats;
@@ -227,7 +227,7 @@ Result<TransferStats> saveCheckpoint(const plan::PlanFile &planFile, const plan:
   Result<std::vector<std::string>> gathered =
       comm.gather(encodeOutcome(wrote, integrity::serializeIndex(mine)), root);
   if (!gathered)
-    return makeError(gathered.error());
+    return gathered.failure();
   std::string verdict;
   if (comm.rank() == root) {
     std::vector<integrity::ItemChecksum> all;
@@ -235,12 +235,12 @@ Result<TransferStats> saveCheckpoint(const plan::PlanFile &planFile, const plan:
     for (size_t r = 0; r < gathered->size() && everyone; ++r) {
       Outcome outcome = decodeOutcome((*gathered)[r]);
       if (!outcome.status) {
-        everyone = makeError("rank " + std::to_string(r) + ": " + outcome.status.error());
+        everyone = propagate(outcome.status, "rank " + std::to_string(r) + ": " + outcome.status.error());
         break;
       }
       Result<integrity::IntegrityIndex> part = integrity::parseIndex(outcome.payload);
       if (!part) {
-        everyone = makeError("rank " + std::to_string(r) + " sent corrupt checksums: " + part.error());
+        everyone = propagate(part, "rank " + std::to_string(r) + " sent corrupt checksums: " + part.error());
         break;
       }
       all.insert(all.end(), part->items.begin(), part->items.end());
@@ -253,7 +253,7 @@ Result<TransferStats> saveCheckpoint(const plan::PlanFile &planFile, const plan:
   }
   Result<std::string> decided = comm.broadcast(verdict, root);
   if (!decided)
-    return makeError(decided.error());
+    return decided.failure();
   if (!decided->empty())
     return makeError("save to " + target + " failed, nothing committed: " + *decided);
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -14,10 +14,10 @@ namespace {
 Result<std::string> readAll(Storage &storage, const std::string &path) {
   Result<std::unique_ptr<zip::ByteSource>> file = storage.openRead(path);
   if (!file)
-    return makeError(file.error());
+    return file.failure();
   std::string bytes((*file)->size(), '\0');
   if (Status status = (*file)->read(0, bytes.data(), bytes.size()); !status)
-    return makeError(status.error());
+    return status.failure();
   return bytes;
 }
 
@@ -34,7 +34,7 @@ Status verifyCheckpoint(const std::string &rawDir, Storage &storage, std::string
   };
   Result<std::string> metadataBytes = readAll(storage, dir + "/.metadata");
   if (!metadataBytes)
-    return makeError(metadataBytes.error() + " (no committed checkpoint here)");
+    return propagate(metadataBytes, metadataBytes.error() + " (no committed checkpoint here)");
   Result<dcp::Metadata> metadata = dcp::parseMetadata(*metadataBytes);
   if (!metadata)
     problem(dir + "/.metadata: " + metadata.error());
@@ -44,9 +44,9 @@ Status verifyCheckpoint(const std::string &rawDir, Storage &storage, std::string
     Result<std::string> indexBytes = readAll(storage, indexPath);
     Result<integrity::IntegrityIndex> index =
         indexBytes ? integrity::parseIndex(*indexBytes)
-                   : Result<integrity::IntegrityIndex>(makeError(indexBytes.error()));
+                   : Result<integrity::IntegrityIndex>(indexBytes.failure());
     if (!index)
-      return makeError(indexPath + ": " + index.error());
+      return propagate(index, indexPath + ": " + index.error());
     if (index->metadataLength != metadataBytes->size() ||
         index->metadataXxh3 != integrity::xxh3(metadataBytes->data(), metadataBytes->size()))
       problem(dir + "/.metadata: checksum mismatch against " + integrity::kIndexFileName);

@@ -75,7 +75,7 @@ Where child(const Where &parent, std::string_view text) {
 }
 
 Error bad(const Where &where, const std::string &what) {
-  return makeError("dcp metadata: " + where.str() + ": " + what);
+  return makeError("dcp metadata: " + where.str() + ": " + what, ErrorKind::Corrupt);
 }
 
 std::string describe(const Value *v) {
@@ -196,48 +196,57 @@ Result<TensorProperties> toProperties(const Value *v, const Where &where) {
     return bad(where, "expected a TensorProperties, got " + describe(v));
   const Value *state = v->state;
   // __getstate__ gives (dtype, layout, requires_grad, memory_format,
-  // pin_memory); old pickles have the dataclass dict.
-  static const char *const names[5] = {"dtype", "layout", "requires_grad",
-                                       "memory_format", "pin_memory"};
-  const Value *parts[5] = {};
-  if (state && state->kind == Kind::Tuple && state->items.size() == 5) {
-    for (int i = 0; i < 5; ++i)
+  // pin_memory), and since PyTorch 2.15 a sixth element, the tensor's
+  // strides (None when unknown); old pickles have the dataclass dict.
+  static const char *const names[6] = {"dtype",         "layout",     "requires_grad",
+                                       "memory_format", "pin_memory", "strides"};
+  const Value *parts[6] = {};
+  if (state && state->kind == Kind::Tuple &&
+      (state->items.size() == 5 || state->items.size() == 6)) {
+    for (size_t i = 0; i < state->items.size(); ++i)
       parts[i] = state->items[i];
   } else if (state && state->kind == Kind::Dict) {
-    for (int i = 0; i < 5; ++i)
+    for (int i = 0; i < 6; ++i)
       parts[i] = state->find(names[i]);
   } else {
     return bad(where, "TensorProperties state is " + describe(state) +
-                          ", expected a 5-tuple or a dict");
+                          ", expected a 5- or 6-tuple or a dict");
   }
   TensorProperties props;
   auto dtype = toDType(parts[0], child(where, ".dtype"));
   if (!dtype)
-    return Error{dtype.error()};
+    return dtype.failure();
   props.dtype = *dtype;
   if (parts[1]) {
     auto layout = toLayout(parts[1], child(where, ".layout"));
     if (!layout)
-      return Error{layout.error()};
+      return layout.failure();
     props.layout = *layout;
   }
   if (parts[2]) {
     auto requiresGrad = toBool(parts[2], child(where, ".requires_grad"));
     if (!requiresGrad)
-      return Error{requiresGrad.error()};
+      return requiresGrad.failure();
     props.requiresGrad = *requiresGrad;
   }
   if (parts[3]) {
     auto format = toMemoryFormat(parts[3], child(where, ".memory_format"));
     if (!format)
-      return Error{format.error()};
+      return format.failure();
     props.memoryFormat = *format;
   }
   if (parts[4]) {
     auto pin = toBool(parts[4], child(where, ".pin_memory"));
     if (!pin)
-      return Error{pin.error()};
+      return pin.failure();
     props.pinMemory = *pin;
+  }
+  // Strides describe the saved tensor, not a chunk; items carry their own,
+  // so they are checked for form and not kept.
+  if (parts[5] && !isNone(parts[5])) {
+    auto strides = toDims(parts[5], child(where, ".strides"));
+    if (!strides)
+      return strides.failure();
   }
   return props;
 }
@@ -250,14 +259,14 @@ Result<StorageMetadata> toStorageMetadata(const Value *v, const Where &where) {
   }
   auto state = objectState(v, kMetadataModule, "TensorStorageMetadata", where);
   if (!state)
-    return Error{state.error()};
+    return state.failure();
   auto props = toProperties(field(*state, "properties"), child(where, ".properties"));
   if (!props)
-    return Error{props.error()};
+    return props.failure();
   out.properties = *props;
   auto size = toDims(field(*state, "size"), child(where, ".size"));
   if (!size)
-    return Error{size.error()};
+    return size.failure();
   out.size = size.take();
   const Value *chunks = field(*state, "chunks");
   Where chunksAt = child(where, ".chunks");
@@ -270,14 +279,14 @@ Result<StorageMetadata> toStorageMetadata(const Value *v, const Where &where) {
     auto chunkState =
         objectState(chunks->items[i], kMetadataModule, "ChunkStorageMetadata", at);
     if (!chunkState)
-      return Error{chunkState.error()};
+      return chunkState.failure();
     ChunkMetadata chunk;
     auto offsets = toDims(field(*chunkState, "offsets"), child(at, ".offsets"));
     if (!offsets)
-      return Error{offsets.error()};
+      return offsets.failure();
     auto sizes = toDims(field(*chunkState, "sizes"), child(at, ".sizes"));
     if (!sizes)
-      return Error{sizes.error()};
+      return sizes.failure();
     chunk.offsets = offsets.take();
     chunk.sizes = sizes.take();
     out.chunks.push_back(std::move(chunk));
@@ -288,11 +297,11 @@ Result<StorageMetadata> toStorageMetadata(const Value *v, const Where &where) {
 Result<MetadataIndex> toIndex(const Value *v, const Where &where) {
   auto state = objectState(v, kMetadataModule, "MetadataIndex", where);
   if (!state)
-    return Error{state.error()};
+    return state.failure();
   MetadataIndex index;
   auto fqn = toStr(field(*state, "fqn"), child(where, ".fqn"));
   if (!fqn)
-    return Error{fqn.error()};
+    return fqn.failure();
   index.fqn = fqn.take();
   Where named = where;
   named.key = index.fqn;
@@ -301,14 +310,14 @@ Result<MetadataIndex> toIndex(const Value *v, const Where &where) {
   if (!isNone(offset)) {
     auto dims = toDims(offset, child(named, ".offset"));
     if (!dims)
-      return Error{dims.error()};
+      return dims.failure();
     index.offset = dims.take();
   }
   const Value *position = field(*state, "index");
   if (!isNone(position)) {
     auto i = toInt(position, child(named, ".index"));
     if (!i)
-      return Error{i.error()};
+      return i.failure();
     index.index = *i;
   }
   return index;
@@ -317,18 +326,18 @@ Result<MetadataIndex> toIndex(const Value *v, const Where &where) {
 Result<StorageInfo> toStorageInfo(const Value *v, const Where &where) {
   auto state = objectState(v, kFilesystemModule, "_StorageInfo", where);
   if (!state)
-    return Error{state.error()};
+    return state.failure();
   StorageInfo info;
   auto path = toStr(field(*state, "relative_path"), child(where, ".relative_path"));
   if (!path)
-    return Error{path.error()};
+    return path.failure();
   info.relativePath = path.take();
   auto offset = toInt(field(*state, "offset"), child(where, ".offset"));
   if (!offset)
-    return Error{offset.error()};
+    return offset.failure();
   auto length = toInt(field(*state, "length"), child(where, ".length"));
   if (!length)
-    return Error{length.error()};
+    return length.failure();
   if (*offset < 0 || *length < 0)
     return bad(where, "negative offset or length");
   info.offset = static_cast<uint64_t>(*offset);
@@ -342,7 +351,7 @@ Result<StorageInfo> toStorageInfo(const Value *v, const Where &where) {
     for (const Value *item : transforms->items) {
       auto name = toStr(item, at);
       if (!name)
-        return Error{name.error()};
+        return name.failure();
       names.push_back(name.take());
     }
     info.transformDescriptors = std::move(names);
@@ -374,24 +383,24 @@ Result<std::string> toPathString(const Value *v, const Where &where) {
 Result<StorageMeta> toStorageMeta(const Value *v, const Where &where) {
   auto state = objectState(v, kMetadataModule, "StorageMeta", where);
   if (!state)
-    return Error{state.error()};
+    return state.failure();
   StorageMeta meta;
   if (const Value *id = field(*state, "checkpoint_id"); !isNone(id)) {
     auto path = toPathString(id, child(where, ".checkpoint_id"));
     if (!path)
-      return Error{path.error()};
+      return path.failure();
     meta.checkpointId = path.take();
   }
   if (const Value *saveId = field(*state, "save_id"); !isNone(saveId)) {
     auto s = toStr(saveId, child(where, ".save_id"));
     if (!s)
-      return Error{s.error()};
+      return s.failure();
     meta.saveId = s.take();
   }
   if (const Value *loadId = field(*state, "load_id"); !isNone(loadId)) {
     auto s = toStr(loadId, child(where, ".load_id"));
     if (!s)
-      return Error{s.error()};
+      return s.failure();
     meta.loadId = s.take();
   }
   if (const Value *modules = field(*state, "modules"); !isNone(modules)) {
@@ -401,7 +410,7 @@ Result<StorageMeta> toStorageMeta(const Value *v, const Where &where) {
     for (const Value *item : modules->items) {
       auto s = toStr(item, at);
       if (!s)
-        return Error{s.error()};
+        return s.failure();
       meta.modules.push_back(s.take());
     }
   }
@@ -774,7 +783,7 @@ Result<Metadata> metadataFromPickle(const Value &root) {
   top.text = "Metadata";
   auto state = objectState(&root, kMetadataModule, "Metadata", top);
   if (!state)
-    return Error{state.error()};
+    return state.failure();
   Metadata out;
 
   Where sdmAt;
@@ -786,13 +795,13 @@ Result<Metadata> metadataFromPickle(const Value &root) {
   for (const auto &[key, value] : sdm->entries) {
     auto fqn = toStr(key, child(sdmAt, " key"));
     if (!fqn)
-      return Error{fqn.error()};
+      return fqn.failure();
     Where at = sdmAt;
     at.key = *fqn;
     at.hasKey = true;
     auto entry = toStorageMetadata(value, at);
     if (!entry)
-      return Error{entry.error()};
+      return entry.failure();
     out.stateDictMetadata.emplace_back(fqn.take(), entry.take());
   }
 
@@ -806,13 +815,13 @@ Result<Metadata> metadataFromPickle(const Value &root) {
     for (const auto &[key, value] : storage->entries) {
       auto index = toIndex(key, child(storageAt, " key"));
       if (!index)
-        return Error{index.error()};
+        return index.failure();
       Where at = storageAt;
       at.key = index->fqn;
       at.hasKey = true;
       auto info = toStorageInfo(value, at);
       if (!info)
-        return Error{info.error()};
+        return info.failure();
       out.storageData.emplace_back(index.take(), info.take());
     }
   }
@@ -824,7 +833,7 @@ Result<Metadata> metadataFromPickle(const Value &root) {
     at.text = "storage_meta";
     auto storageMeta = toStorageMeta(meta, at);
     if (!storageMeta)
-      return Error{storageMeta.error()};
+      return storageMeta.failure();
     out.storageMeta = storageMeta.take();
   }
 
@@ -833,25 +842,25 @@ Result<Metadata> metadataFromPickle(const Value &root) {
     at.text = "version";
     auto s = toStr(version, at);
     if (!s)
-      return Error{s.error()};
+      return s.failure();
     out.version = s.take();
   }
 
   if (Status s = validateMetadata(out); !s)
-    return Error{s.error()};
+    return s.failure();
   return out;
 }
 
 Result<Metadata> parseMetadata(std::string_view bytes) {
   auto doc = pickle::read(bytes);
   if (!doc)
-    return makeError("dcp metadata: " + doc.error());
+    return propagate(doc, "dcp metadata: " + doc.error());
   return metadataFromPickle(*doc->root());
 }
 
 Result<std::string> serializeMetadata(const Metadata &metadata) {
   if (Status s = validateMetadata(metadata); !s)
-    return Error{s.error()};
+    return s.failure();
   pickle::Writer w;
   emitNewObject(w, kMetadataModule, "Metadata");
   w.emptyDict();

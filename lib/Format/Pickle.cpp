@@ -149,8 +149,8 @@ public:
 
 private:
   Error fail(const std::string &message) const {
-    return makeError("pickle: " + message + " at offset " +
-                     std::to_string(opStart_));
+    return makeError("pickle: " + message + " at offset " + std::to_string(opStart_),
+                     ErrorKind::Corrupt);
   }
   bool take(size_t n, const char *&p) {
     if (n > in_.size() - pos_)
@@ -218,7 +218,9 @@ Result<Document> Reader::run() {
   };
   auto pushGlobal = [&](std::string module, std::string name) -> Status {
     if (!options_.allowGlobal || !options_.allowGlobal(module, name))
-      return fail("global '" + module + "." + name + "' is not allowed");
+      return makeError("pickle: global '" + module + "." + name +
+                           "' is not allowed (never called) at offset " + std::to_string(opStart_),
+                       ErrorKind::Incompatible);
     stack_.push_back(doc_.makeGlobal(std::move(module), std::move(name)));
     return Status::success();
   };
@@ -596,7 +598,7 @@ Result<Document> Reader::run() {
     }
     }
     if (!status)
-      return Error{status.error()};
+      return status.failure();
   }
 }
 
@@ -903,7 +905,7 @@ Result<Document> read(std::string_view bytes, const ReadOptions &options) {
 Result<std::string> toPythonRepr(const Value &value, unsigned maxDepth) {
   std::string out;
   if (Status s = appendRepr(value, maxDepth, out); !s)
-    return makeError(s.error());
+    return s.failure();
   return out;
 }
 

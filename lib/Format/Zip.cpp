@@ -69,7 +69,7 @@ std::string zip64Extra(bool sizes, uint64_t size, bool offset, uint64_t at) {
 }
 
 Error zipError(const std::string &message) {
-  return makeError("zip: " + message);
+  return makeError("zip: " + message, ErrorKind::Corrupt);
 }
 
 Status readAt(const ByteSource &source, uint64_t offset, void *out, size_t count,
@@ -284,7 +284,7 @@ Result<std::vector<Entry>> readDirectory(const ByteSource &source) {
   uint64_t tailAt = size - tailSize;
   std::string tail(tailSize, '\0');
   if (Status s = readAt(source, tailAt, &tail[0], tailSize, "end record"); !s)
-    return Error{s.error()};
+    return s.failure();
   size_t end = std::string::npos;
   for (size_t i = tailSize - kEndSize + 1; i-- > 0;) {
     if (get(&tail[i], 4) == kEndSig &&
@@ -308,7 +308,7 @@ Result<std::vector<Entry>> readDirectory(const ByteSource &source) {
     if (Status s = readAt(source, endAt - kZip64LocatorSize, locator,
                           kZip64LocatorSize, "zip64 locator");
         !s)
-      return Error{s.error()};
+      return s.failure();
     zip64 = get(locator, 4) == kZip64LocatorSig;
   }
   if (zip64) {
@@ -322,7 +322,7 @@ Result<std::vector<Entry>> readDirectory(const ByteSource &source) {
     char record[kZip64EndSize];
     if (Status s = readAt(source, recordAt, record, kZip64EndSize, "zip64 end record");
         !s)
-      return Error{s.error()};
+      return s.failure();
     if (get(record, 4) != kZip64EndSig)
       return zipError("bad zip64 end record signature at offset " +
                       std::to_string(recordAt));
@@ -349,7 +349,7 @@ Result<std::vector<Entry>> readDirectory(const ByteSource &source) {
   if (Status s = readAt(source, centralAt, &central[0], central.size(),
                         "central directory");
       !s)
-    return Error{s.error()};
+    return s.failure();
 
   std::vector<Entry> entries;
   size_t pos = 0;
@@ -416,7 +416,7 @@ Result<std::vector<Entry>> readDirectory(const ByteSource &source) {
     if (Status s = readAt(source, entry.headerOffset, local, kLocalHeaderSize,
                           "local header");
         !s)
-      return Error{s.error()};
+      return s.failure();
     if (get(local, 4) != kLocalHeaderSig)
       return zipError(where + ": bad local header signature at offset " +
                       std::to_string(entry.headerOffset));
@@ -429,7 +429,7 @@ Result<std::vector<Entry>> readDirectory(const ByteSource &source) {
     std::string localNameBytes(nameSize, '\0');
     if (Status s = readAt(source, nameAt, &localNameBytes[0], nameSize, "local name");
         !s)
-      return Error{s.error()};
+      return s.failure();
     if (localNameBytes != entry.name)
       return zipError(where + ": local header names '" + localNameBytes + "'");
     if (get(local + 8, 2) != entry.method)
@@ -468,7 +468,7 @@ Error crcMismatch(const Entry &entry, uint32_t actual) {
 Result<std::string> readEntry(const ByteSource &source, const Entry &entry,
                               uint64_t maxSize, bool verifyCrc) {
   if (Status s = checkStored(entry); !s)
-    return Error{s.error()};
+    return s.failure();
   if (entry.size > maxSize)
     return zipError("entry '" + entry.name + "' has " + std::to_string(entry.size) +
                     " bytes, more than the " + std::to_string(maxSize) + " allowed");
@@ -476,7 +476,7 @@ Result<std::string> readEntry(const ByteSource &source, const Entry &entry,
   if (Status s = readAt(source, entry.dataOffset, &bytes[0], bytes.size(),
                         "entry data");
       !s)
-    return Error{s.error()};
+    return s.failure();
   if (verifyCrc) {
     uint32_t actual = crc32(bytes.data(), bytes.size());
     if (actual != entry.crc)
@@ -556,7 +556,7 @@ Status checkArchiveName(const TorchSaveOptions &options) {
 Result<ItemLayout> planTensorItem(const std::string &dataPkl, uint64_t dataBytes,
                                   const TorchSaveOptions &options) {
   if (Status s = checkArchiveName(options); !s)
-    return Error{s.error()};
+    return s.failure();
   if (dataBytes > uint64_t(std::numeric_limits<int64_t>::max()))
     return zipError("tensor data too large");
   return planArchive(torchSaveRecords(dataPkl, static_cast<int64_t>(dataBytes), options));
@@ -565,10 +565,10 @@ Result<ItemLayout> planTensorItem(const std::string &dataPkl, uint64_t dataBytes
 Result<std::string> buildObjectItem(const std::string &dataPkl,
                                     const TorchSaveOptions &options) {
   if (Status s = checkArchiveName(options); !s)
-    return Error{s.error()};
+    return s.failure();
   auto layout = planArchive(torchSaveRecords(dataPkl, -1, options));
   if (!layout)
-    return Error{layout.error()};
+    return layout.failure();
   return std::move(layout->header);
 }
 
@@ -594,7 +594,7 @@ Result<TensorRecord> contiguousTensor(dcp::DType dtype, const dcp::Dims &size) {
 
 namespace {
 Error tensorError(const std::string &message) {
-  return makeError("tensor data.pkl: " + message);
+  return makeError("tensor data.pkl: " + message, ErrorKind::Corrupt);
 }
 
 /// Non-negative sizes and strides, and a view inside the storage.
@@ -605,7 +605,7 @@ Result<std::string> encodeTensorPickle(const TensorRecord &record) {
   const dcp::DTypeInfo &info = dcp::dtypeInfo(record.dtype);
   bool v3 = info.legacyStorage == nullptr;
   if (Status s = checkView(record); !s)
-    return Error{s.error()};
+    return s.failure();
   // Memoized as CPython's pickler does, so the bytes equal torch.save's.
   pickle::Writer w(pickle::Writer::Options{/*memoizeAll=*/true});
   w.global("torch._utils", v3 ? "_rebuild_tensor_v3" : "_rebuild_tensor_v2");
@@ -725,10 +725,10 @@ Result<TensorRecord> decodeTensorPickle(std::string_view dataPkl) {
   record.storageOffset = args[1]->integer;
   auto size = tensorDims(args[2], "size");
   if (!size)
-    return Error{size.error()};
+    return size.failure();
   auto stride = tensorDims(args[3], "stride");
   if (!stride)
-    return Error{stride.error()};
+    return stride.failure();
   record.size = *size;
   record.stride = *stride;
   if (!v1) {
@@ -740,7 +740,7 @@ Result<TensorRecord> decodeTensorPickle(std::string_view dataPkl) {
     record.requiresGrad = *parameterRequiresGrad;
 
   if (Status s = checkView(record); !s)
-    return Error{s.error()};
+    return s.failure();
   return record;
 }
 
@@ -839,7 +839,7 @@ const Entry *TorchSaveItem::findRecord(std::string_view name) const {
 Result<TorchSaveItem> openTorchSaveItem(const ByteSource &source) {
   auto entries = readDirectory(source);
   if (!entries)
-    return Error{entries.error()};
+    return entries.failure();
   TorchSaveItem item;
   item.entries = entries.take();
   if (item.entries.empty())
@@ -859,7 +859,7 @@ Result<TorchSaveItem> openTorchSaveItem(const ByteSource &source) {
     return zipError("torch.save archive has no data.pkl");
   auto dataPkl = readEntry(source, *pkl);
   if (!dataPkl)
-    return Error{dataPkl.error()};
+    return dataPkl.failure();
   item.dataPkl = dataPkl.take();
 
   const Entry *version = item.findRecord("version");
@@ -869,7 +869,7 @@ Result<TorchSaveItem> openTorchSaveItem(const ByteSource &source) {
     return zipError("torch.save archive has no version record");
   auto versionText = readEntry(source, *version, 64);
   if (!versionText)
-    return Error{versionText.error()};
+    return versionText.failure();
   std::string digits;
   for (char c : *versionText)
     if (c != '\n' && c != '\r' && c != ' ')
@@ -887,7 +887,7 @@ Result<TorchSaveItem> openTorchSaveItem(const ByteSource &source) {
   if (const Entry *order = item.findRecord("byteorder")) {
     auto text = readEntry(source, *order, 16);
     if (!text)
-      return Error{text.error()};
+      return text.failure();
     if (*text == "big")
       item.bigEndian = true;
     else if (*text != "little")
@@ -905,10 +905,10 @@ namespace zip {
 Result<ItemLayout> planContiguousTensorItem(dcp::DType dtype, const dcp::Dims &size) {
   Result<TensorRecord> record = contiguousTensor(dtype, size);
   if (!record)
-    return makeError(record.error());
+    return record.failure();
   Result<std::string> pickled = encodeTensorPickle(*record);
   if (!pickled)
-    return makeError(pickled.error());
+    return pickled.failure();
   return planTensorItem(*pickled, record->storageBytes());
 }
 

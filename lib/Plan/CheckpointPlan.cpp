@@ -129,7 +129,7 @@ public:
     if (model_.optimizer.present) {
       Result<const zip::ItemLayout *> step = tensorLayout(dcp::DType::Float32, {});
       if (!step)
-        return makeError(step.error());
+        return step.failure();
       stepItemSpan_ = alignUp((*step)->totalSize, kItemAlignment);
     }
     return Status::success();
@@ -154,7 +154,7 @@ private:
       return &found->second;
     Result<const std::vector<WriteItem> *> writes = writesOf(rank);
     if (!writes)
-      return makeError(writes.error());
+      return writes.failure();
     WriteIndex &index = writeIndexes_[rank];
     for (const WriteItem &write : **writes)
       index[{write.key, write.chunkOffsets}] = &write;
@@ -193,7 +193,7 @@ Result<const zip::ItemLayout *> Planner::tensorLayout(dcp::DType dtype,
   if (!slot) {
     Result<zip::ItemLayout> item = zip::planContiguousTensorItem(dtype, sizes);
     if (!item)
-      return makeError(item.error());
+      return item.failure();
     slot = std::make_unique<zip::ItemLayout>(item.take());
   }
   return slot.get();
@@ -298,7 +298,7 @@ Status Planner::place(std::vector<PendingItem> &&items, std::vector<WriteItem> &
     } else {
       Result<const zip::ItemLayout *> layout = tensorLayout(write.dtype, write.chunkSizes);
       if (!layout)
-        return makeError(write.key + ": " + layout.error());
+        return propagate(layout, write.key + ": " + layout.error());
       write.itemLength = (*layout)->totalSize;
       write.dataOffset = cursor + (*layout)->dataOffset;
       write.dataLength = (*layout)->dataSize;
@@ -327,10 +327,10 @@ Result<const std::vector<WriteItem> *> Planner::writesOf(int64_t rank) {
         continue;
       Result<std::string> pickled = hyperParameterPickle(model_, j);
       if (!pickled)
-        return makeError(pickled.error());
+        return pickled.failure();
       Result<std::string> archive = zip::buildObjectItem(*pickled);
       if (!archive)
-        return makeError(archive.error());
+        return archive.failure();
       PendingItem item{std::string("optimizer.param_groups.0.") + kHyperParameters[j],
                        ItemSource::Bytes, dcp::DType::UInt8, {}, {}, {}, {}, archive.take(),
                        -1};
@@ -338,7 +338,7 @@ Result<const std::vector<WriteItem> *> Planner::writesOf(int64_t rank) {
     }
   }
   if (Status status = place(std::move(pending), writes, cursor); !status)
-    return makeError(status.error());
+    return status.failure();
   for (size_t g = 0; g < model_.groups.size(); ++g) {
     int64_t shard = groupShards_[g]->shardOfRank[rank];
     std::vector<PendingItem> items;
@@ -349,7 +349,7 @@ Result<const std::vector<WriteItem> *> Planner::writesOf(int64_t rank) {
       if (writerOf[index] == rank)
         mine.push_back(std::move(items[index]));
     if (Status status = place(std::move(mine), writes, cursor); !status)
-      return makeError(status.error());
+      return status.failure();
   }
   return &writes_.emplace(rank, std::move(writes)).first->second;
 }
@@ -378,7 +378,7 @@ Result<RankPlan> Planner::planRank(int64_t rank) {
   }
   Result<const std::vector<WriteItem> *> writes = writesOf(rank);
   if (!writes)
-    return makeError(writes.error());
+    return writes.failure();
   plan.writes = **writes;
   if (!plan.writes.empty()) {
     const WriteItem &last = plan.writes.back();
@@ -399,7 +399,7 @@ Result<RankPlan> Planner::planRank(int64_t rank) {
         continue;
       Result<const WriteIndex *> source = writeIndexOf(writerOf[i]);
       if (!source)
-        return makeError(source.error());
+        return source.failure();
       const PendingItem &item = items[i];
       auto found = (*source)->find({item.key, item.chunkOffsets});
       if (found == (*source)->end())
@@ -418,7 +418,7 @@ Result<RankPlan> Planner::planRank(int64_t rank) {
   if (model_.optimizer.present) {
     Result<const zip::ItemLayout *> step = tensorLayout(dcp::DType::Float32, {});
     if (!step)
-      return makeError(step.error());
+      return step.failure();
     for (size_t i = 0; i < needsStep.size(); ++i) {
       if (!needsStep[i])
         continue;
@@ -489,7 +489,7 @@ Result<dcp::Metadata> Planner::globalMetadata() {
   for (int64_t rank = 0; rank < world_; ++rank) {
     Result<const std::vector<WriteItem> *> writes = writesOf(rank);
     if (!writes)
-      return makeError(writes.error());
+      return writes.failure();
     for (const WriteItem &write : **writes) {
       auto entry = entryOf.find(write.key);
       if (entry == entryOf.end())
@@ -526,7 +526,7 @@ CheckpointPlanner::~CheckpointPlanner() = default;
 Result<CheckpointPlanner> CheckpointPlanner::create(const ModelLayout &model) {
   auto impl = std::make_unique<Impl>(model);
   if (Status status = impl->init(); !status)
-    return makeError(status.error());
+    return status.failure();
   return CheckpointPlanner(std::move(impl));
 }
 
@@ -538,14 +538,14 @@ std::string dataFileName(int64_t rank) { return "__" + std::to_string(rank) + "_
 Result<RankPlan> planRank(const ModelLayout &model, int64_t rank) {
   Result<CheckpointPlanner> planner = CheckpointPlanner::create(model);
   if (!planner)
-    return makeError(planner.error());
+    return planner.failure();
   return planner->planRank(rank);
 }
 
 Result<dcp::Metadata> planGlobalMetadata(const ModelLayout &model) {
   Result<CheckpointPlanner> planner = CheckpointPlanner::create(model);
   if (!planner)
-    return makeError(planner.error());
+    return planner.failure();
   return planner->globalMetadata();
 }
 

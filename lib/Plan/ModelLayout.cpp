@@ -47,7 +47,7 @@ Status checkModelLayout(const ModelLayout &model) {
     const GroupSpec &group = model.groups[g];
     std::string where = "group " + std::to_string(g) + " (unit \"" + group.unit + "\")";
     if (Status status = layout::checkPlacements(model.meshSizes, group.placements); !status)
-      return makeError(where + ": " + status.error());
+      return propagate(status, where + ": " + status.error());
     std::vector<layout::Shape> shapes;
     layout::PackedLayout packed{group.chunk, group.size, {}};
     for (const MemberSpec &member : group.members) {
@@ -62,7 +62,7 @@ Status checkModelLayout(const ModelLayout &model) {
     if (Status status = layout::verifyLayout(shapes, packed, model.meshSizes,
                                              group.placements);
         !status)
-      return makeError(where + ": " + status.error());
+      return propagate(status, where + ": " + status.error());
     int64_t shards = layout::numShards(model.meshSizes, group.placements);
     if (group.shardSize * shards != group.size)
       return makeError(where + ": shard size " + std::to_string(group.shardSize) +

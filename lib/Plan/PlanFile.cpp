@@ -79,10 +79,10 @@ std::string buildRankPart(const RankPlan &plan) {
 Result<std::string> buildGlobalPart(const ModelLayout &model, CheckpointPlanner &planner) {
   Result<dcp::Metadata> metadata = planner.globalMetadata();
   if (!metadata)
-    return makeError(metadata.error());
+    return metadata.failure();
   Result<std::string> pickled = dcp::serializeMetadata(*metadata);
   if (!pickled)
-    return makeError(pickled.error());
+    return pickled.failure();
   FlatBufferBuilder fbb(pickled->size() + 4096);
   auto bytes = fbb.CreateVector(reinterpret_cast<const uint8_t *>(pickled->data()),
                                 pickled->size());
@@ -176,7 +176,7 @@ Result<std::string> serializePlan(const ModelLayout &model, CheckpointPlanner &p
   for (int64_t rank : ranks) {
     Result<RankPlan> plan = planner.planRank(rank);
     if (!plan)
-      return makeError("rank " + std::to_string(rank) + ": " + plan.error());
+      return propagate(plan, "rank " + std::to_string(rank) + ": " + plan.error());
     std::string part = buildRankPart(*plan);
     auto bytes = nestedVector(fbb, part);
     parts.push_back(fb::CreateRankPart(fbb, rank, bytes));
@@ -185,7 +185,7 @@ Result<std::string> serializePlan(const ModelLayout &model, CheckpointPlanner &p
   if (withGlobal) {
     Result<std::string> part = buildGlobalPart(model, planner);
     if (!part)
-      return makeError(part.error());
+      return part.failure();
     global = nestedVector(fbb, *part);
   }
   auto names = fbb.CreateVectorOfStrings(model.meshAxisNames);
@@ -217,10 +217,10 @@ Result<std::vector<int64_t>> normalizeRanks(const ModelLayout &model, std::vecto
 Result<std::string> buildPlanFile(const ModelLayout &model, const PlanFileOptions &options) {
   Result<std::vector<int64_t>> ranks = normalizeRanks(model, options.ranks);
   if (!ranks)
-    return makeError(ranks.error());
+    return ranks.failure();
   Result<CheckpointPlanner> planner = CheckpointPlanner::create(model);
   if (!planner)
-    return makeError(planner.error());
+    return planner.failure();
   bool withGlobal = options.global == PlanFileOptions::Global::Always ||
                     (options.global == PlanFileOptions::Global::IfCommitRank &&
                      std::binary_search(ranks->begin(), ranks->end(), kCommitRank));
@@ -233,10 +233,10 @@ Result<uint64_t> writeSplitPlanFiles(const ModelLayout &model, const std::string
                                      std::vector<int64_t> ranks) {
   Result<std::vector<int64_t>> normalized = normalizeRanks(model, std::move(ranks));
   if (!normalized)
-    return makeError(normalized.error());
+    return normalized.failure();
   Result<CheckpointPlanner> planner = CheckpointPlanner::create(model);
   if (!planner)
-    return makeError(planner.error());
+    return planner.failure();
   if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
     return makeError(dir + ": cannot create: " + std::strerror(errno));
   uint64_t total = 0;
@@ -244,7 +244,7 @@ Result<uint64_t> writeSplitPlanFiles(const ModelLayout &model, const std::string
     Result<std::string> bytes =
         serializePlan(model, *planner, {rank}, rank == kCommitRank, kCommitRank);
     if (!bytes)
-      return makeError(bytes.error());
+      return bytes.failure();
     std::string path = dir + "/" + planFileName(rank);
     int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
@@ -496,7 +496,7 @@ Result<std::string> PlanFile::metadataBytes() const {
   std::string copy;
   Result<const fb::GlobalPart *> global = globalPart(*bytes_, name_, copy);
   if (!global)
-    return makeError(global.error());
+    return global.failure();
   if (!(*global)->metadata())
     return makeError(name_ + ": global part has no metadata");
   return std::string(reinterpret_cast<const char *>((*global)->metadata()->data()),
@@ -507,7 +507,7 @@ Result<std::vector<PlanGroupInfo>> PlanFile::groups() const {
   std::string copy;
   Result<const fb::GlobalPart *> global = globalPart(*bytes_, name_, copy);
   if (!global)
-    return makeError(global.error());
+    return global.failure();
   std::vector<PlanGroupInfo> groups;
   if ((*global)->groups())
     for (const fb::GroupInfo *group : *(*global)->groups()) {
@@ -524,7 +524,7 @@ Result<std::vector<std::string>> PlanFile::optimizerParams() const {
   std::string copy;
   Result<const fb::GlobalPart *> global = globalPart(*bytes_, name_, copy);
   if (!global)
-    return makeError(global.error());
+    return global.failure();
   std::vector<std::string> params;
   if ((*global)->optimizer_params())
     for (const flatbuffers::String *fqn : *(*global)->optimizer_params())
@@ -563,7 +563,7 @@ Result<std::string> PlanFile::toJSON(std::optional<int64_t> onlyRank) const {
       continue;
     Result<RankPlan> plan = rank(r);
     if (!plan)
-      return makeError(plan.error());
+      return plan.failure();
     ordered_json rankJSON{{"rank", plan->rank}, {"coords", plan->coords}};
     ordered_json buffers = ordered_json::array();
     for (const LocalBuffer &buffer : plan->buffers)
@@ -617,7 +617,7 @@ Result<std::string> PlanFile::toJSON(std::optional<int64_t> onlyRank) const {
   if (hasGlobal()) {
     Result<std::string> metadata = metadataBytes();
     if (!metadata)
-      return makeError(metadata.error());
+      return metadata.failure();
     out["global"] = {{"metadata_bytes", metadata->size()}};
   }
   // Replace, not throw: a corrupt plan may hold invalid UTF-8.

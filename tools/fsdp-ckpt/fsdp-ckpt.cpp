@@ -30,7 +30,7 @@ Result<Context> makeContext(int *argc, char ***argv, const std::string &fault,
   if (launchedByMpi()) {
     Result<std::unique_ptr<Communicator>> comm = createMpiCommunicator(argc, argv);
     if (!comm)
-      return makeError(comm.error());
+      return comm.failure();
     context.comm = comm.take();
   } else {
     context.comm = createSingleProcessCommunicator();
@@ -39,7 +39,7 @@ Result<Context> makeContext(int *argc, char ***argv, const std::string &fault,
   if (!fault.empty() && (faultRank < 0 || faultRank == context.comm->rank())) {
     Result<Fault> parsed = parseFault(fault);
     if (!parsed)
-      return makeError(parsed.error());
+      return parsed.failure();
     context.storage = createFaultInjectingStorage(std::move(context.storage), *parsed);
   }
   return context;
@@ -105,20 +105,20 @@ std::pair<uint64_t, double> aggregate(Communicator &comm, const TransferStats &s
 Status checkNoExtraTensors(const plan::PlanFile &planFile, const std::string &source) {
   Result<std::string> planned = planFile.metadataBytes();
   if (!planned)
-    return makeError(planned.error());
+    return planned.failure();
   Result<dcp::Metadata> plannedMetadata = dcp::parseMetadata(*planned);
   if (!plannedMetadata)
-    return makeError(planFile.name() + ": " + plannedMetadata.error());
+    return propagate(plannedMetadata, planFile.name() + ": " + plannedMetadata.error());
   std::unique_ptr<Storage> storage = createPosixStorage();
   Result<std::unique_ptr<zip::ByteSource>> file = storage->openRead(source + "/.metadata");
   if (!file)
-    return makeError(file.error());
+    return file.failure();
   std::string bytes((*file)->size(), '\0');
   if (Status status = (*file)->read(0, bytes.data(), bytes.size()); !status)
     return status;
   Result<dcp::Metadata> sourceMetadata = dcp::parseMetadata(bytes);
   if (!sourceMetadata)
-    return makeError(source + "/.metadata: " + sourceMetadata.error());
+    return propagate(sourceMetadata, source + "/.metadata: " + sourceMetadata.error());
   for (const auto &[key, storageMetadata] : sourceMetadata->stateDictMetadata)
     if (!storageMetadata.isBytes && !plannedMetadata->find(key))
       return makeError(source + " holds tensor '" + key +
@@ -130,7 +130,7 @@ Status checkNoExtraTensors(const plan::PlanFile &planFile, const std::string &so
 Status agreeOnRoot(Communicator &comm, const Status &rootStatus) {
   Result<std::string> decided = comm.broadcast(rootStatus ? "" : rootStatus.error(), 0);
   if (!decided)
-    return makeError(decided.error());
+    return decided.failure();
   return decided->empty() ? Status::success() : Status(makeError(*decided));
 }
 

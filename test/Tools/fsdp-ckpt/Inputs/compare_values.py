@@ -2,9 +2,15 @@
 """Reads a DCP checkpoint with CPython alone (zipfile + pickle with torch
 stand-ins, no torch) and compares every value with a values.json of the
 fixture: every element of every tensor (assembled from its chunks, each
-element covered exactly once) and the repr of every bytes item.
+element covered exactly once; float32 and bfloat16, the dtype as
+values.json has it) and the repr of every bytes item.
 
-usage: compare_values.py CHECKPOINT_DIR VALUES_JSON
+usage: compare_values.py CHECKPOINT_DIR VALUES_JSON [--allow-extra]
+
+With --allow-extra, keys of values.json that the checkpoint does not hold (a
+source's keys a plan does not name, which `fsdp-ckpt reshard --allow-extra`
+drops) are skipped and listed on the OK line instead of failing. Keys the
+checkpoint holds beyond values.json are listed there too.
 """
 import array
 import importlib.util
@@ -34,15 +40,29 @@ def item_archive(ckpt, info):
         return zipfile.ZipFile(io.BytesIO(f.read(info.length)))
 
 
-def main(ckpt, values_path):
+def decode(dtype, raw):
+    """The elements of a little-endian data/0 record as float32 values."""
+    if dtype == "float32":
+        return array.array("f", raw)
+    if dtype == "bfloat16":  # the high half of a float32
+        return array.array("f", b"".join(b"\0\0" + raw[i:i + 2]
+                                         for i in range(0, len(raw), 2)))
+    raise ValueError(f"dtype {dtype} is not supported")
+
+
+def main(ckpt, values_path, allow_extra=False):
     expected = json.load(open(values_path))["values"]
     with open(os.path.join(ckpt, ".metadata"), "rb") as f:
         md = pickle.load(f)
     storage = {(i.fqn, tuple(getattr(i, "offset", None) or ())): info
                for i, info in md.storage_data.items()}
     checked = 0
+    skipped = []
     for key, want in expected.items():
         meta = md.state_dict_metadata.get(key)
+        if meta is None and allow_extra:
+            skipped.append(key)
+            continue
         if meta is None:
             print(f"FAIL: {key} missing")
             return 1
@@ -54,6 +74,10 @@ def main(ckpt, values_path):
                 print(f"FAIL: {key} = {got}, expected {want['object']}")
                 return 1
             continue
+        dtype = meta.properties.dtype.name
+        if "torch." + dtype != want["dtype"]:
+            print(f"FAIL: {key} dtype torch.{dtype}, expected {want['dtype']}")
+            return 1
         shape = list(meta.size)
         if shape != want["shape"]:
             print(f"FAIL: {key} shape {shape}, expected {want['shape']}")
@@ -65,7 +89,7 @@ def main(ckpt, values_path):
             off, sz = list(chunk.offsets), list(chunk.sizes)
             archive = item_archive(ckpt, storage[(key, tuple(off))])
             data = [n for n in archive.namelist() if n.endswith("/data/0")][0]
-            floats = array.array("f", archive.read(data))
+            floats = decode(dtype, archive.read(data))
             count = math.prod(sz)
             if len(floats) != count:
                 print(f"FAIL: {key} chunk {off}: {len(floats)} elements, expected {count}")
@@ -89,9 +113,20 @@ def main(ckpt, values_path):
                 return 1
         checked += total
     files = sorted({i.relative_path for i in md.storage_data.values()})
-    print(f"OK: {len(expected)} keys, {checked} elements equal values.json, files {' '.join(files)}")
+    line = (f"OK: {len(expected) - len(skipped)} keys, {checked} elements equal values.json, "
+            f"files {' '.join(files)}")
+    if skipped:
+        line += f"; not in the checkpoint: {' '.join(skipped)}"
+    unexpected = [k for k in md.state_dict_metadata if k not in expected]
+    if unexpected:
+        line += f"; not in values.json: {' '.join(unexpected)}"
+    print(line)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], sys.argv[2]))
+    args = [a for a in sys.argv[1:] if a != "--allow-extra"]
+    if len(args) != 2:
+        print(__doc__)
+        sys.exit(2)
+    sys.exit(main(args[0], args[1], allow_extra="--allow-extra" in sys.argv[1:]))
