@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <linux/fs.h>
 #include <stdio.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -23,7 +24,30 @@ namespace {
 Error errnoError(const std::string &path, const std::string &what, int error) {
   if (error == Fault::kKillProcess)
     ::kill(::getpid(), SIGKILL); // a crash at exactly this point
-  return makeError(path + ": " + what + ": " + std::strerror(error));
+  return makeError(path + ": " + what + ": " + std::strerror(error),
+                   error == ENOENT ? ErrorKind::NotFound : ErrorKind::IO, error);
+}
+
+/// An flock on an open lock file; unlinked on release so no file is left
+/// behind (claimants check they locked the file still at the path).
+class FileClaim : public Claim {
+public:
+  FileClaim(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  ~FileClaim() override {
+    ::unlink(path_.c_str());
+    ::close(fd_); // releases the lock
+  }
+
+private:
+  std::string path_;
+  int fd_;
+};
+
+std::string readHolder(int fd) {
+  char text[512];
+  ssize_t got = ::pread(fd, text, sizeof(text) - 1, 0);
+  std::string holder(text, got > 0 ? static_cast<size_t>(got) : 0);
+  return holder.empty() ? "a process that has not yet said who it is" : holder;
 }
 
 class PosixFile : public WritableFile {
@@ -89,6 +113,43 @@ private:
 
 class PosixStorage : public Storage {
 public:
+  Result<std::unique_ptr<Claim>> claim(const std::string &lockPath,
+                                       const std::string &holder) override {
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      int fd = ::open(lockPath.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+      if (fd < 0)
+        return errnoError(lockPath, "cannot create the lock file", errno);
+      if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int error = errno;
+        std::string current = error == EWOULDBLOCK ? readHolder(fd) : "";
+        ::close(fd);
+        if (error == EWOULDBLOCK)
+          return makeError(lockPath + ": busy: another save holds this target (" +
+                               current + ")",
+                           ErrorKind::Busy);
+        return errnoError(lockPath, "cannot lock", error);
+      }
+      // The previous holder may have unlinked the file between our open and
+      // our lock: then we hold a lock nobody else can see; try again.
+      struct stat opened, named;
+      if (::fstat(fd, &opened) == 0 && ::stat(lockPath.c_str(), &named) == 0 &&
+          opened.st_ino == named.st_ino && opened.st_dev == named.st_dev) {
+        if (::ftruncate(fd, 0) == 0) {
+          ssize_t wrote = ::pwrite(fd, holder.data(), holder.size(), 0);
+          (void)wrote; // the description is informational only
+        }
+        return std::unique_ptr<Claim>(new FileClaim(lockPath, fd));
+      }
+      ::close(fd);
+    }
+    return makeError(lockPath + ": busy: the lock file keeps changing hands", ErrorKind::Busy);
+  }
+  Result<std::string> realPath(const std::string &path) override {
+    char resolved[PATH_MAX];
+    if (!::realpath(path.c_str(), resolved))
+      return errnoError(path, "cannot resolve", errno);
+    return std::string(resolved);
+  }
   Result<std::unique_ptr<WritableFile>> create(const std::string &path) override {
     int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
@@ -199,6 +260,11 @@ public:
   Result<std::unique_ptr<zip::ByteSource>> openRead(const std::string &path) override {
     return base_->openRead(path);
   }
+  Result<std::unique_ptr<Claim>> claim(const std::string &lockPath,
+                                       const std::string &holder) override {
+    return base_->claim(lockPath, holder);
+  }
+  Result<std::string> realPath(const std::string &path) override { return base_->realPath(path); }
   bool exists(const std::string &path) override { return base_->exists(path); }
   Status makeDir(const std::string &path) override { return base_->makeDir(path); }
   Status removeTree(const std::string &path) override { return base_->removeTree(path); }

@@ -34,6 +34,8 @@ std::string trimSlashes(const std::string &path);
 /// Where a save into `target` stages its files: beside it, so the commit is
 /// a rename within one directory.
 std::string stagingDirFor(const std::string &target);
+/// The lock file a save of `target` claims, beside it.
+std::string lockPathFor(const std::string &target);
 /// An error when `dir` is a staging directory: a save that never committed,
 /// however complete its files look.
 Status refuseStagingDir(const std::string &dir);

@@ -2,15 +2,28 @@
 #include "fsdp/Format/IntegrityIndex.h"
 #include "fsdp/Format/Zip.h"
 #include "fsdp/Runtime/Checkpoint.h"
+#include "fsdp/Runtime/CheckpointReader.h"
 #include "RuntimeSupport.h"
 
 #include <chrono>
+#include <ctime>
+#include <unistd.h>
 #include <cstring>
 
 namespace fsdp {
 namespace runtime {
 
 namespace {
+
+/// Who holds a claim, for the busy error of a second save.
+std::string claimHolder() {
+  char host[256] = "?";
+  ::gethostname(host, sizeof(host) - 1);
+  std::time_t now = std::time(nullptr);
+  char when[64];
+  std::strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", std::localtime(&now));
+  return "pid " + std::to_string(::getpid()) + " on " + host + " since " + when;
+}
 
 /// Streams one item: header, data, trailer, with CRC32 of the data and xxh3
 /// of the whole item computed block by block while the data is hot.
@@ -171,8 +184,11 @@ Status commit(const plan::PlanFile &planFile, const std::string &staging, const 
                                        integrity::serializeIndex(index));
       !status)
     return status;
-  // `.metadata` last: its appearance is DCP's commit point.
+  // `.metadata` last: its appearance is DCP's commit point. The marker goes
+  // just before the rename; until then the directory's name marks it.
   if (Status status = writeFileDurably(storage, staging, ".metadata", *metadata); !status)
+    return status;
+  if (Status status = storage.removeTree(staging + "/" + kUncommittedMarker); !status)
     return status;
   if (Status status = storage.syncDir(staging); !status)
     return status;
@@ -200,21 +216,40 @@ Result<TransferStats> saveCheckpoint(const plan::PlanFile &planFile, const plan:
   std::string staging = stagingDirFor(target);
   if (comm.size() != planFile.worldSize())
     return makeError("the plan is for " + std::to_string(planFile.worldSize()) +
-                     " ranks but " + std::to_string(comm.size()) + " are running");
+                         " ranks but " + std::to_string(comm.size()) + " are running",
+                     ErrorKind::InvalidArgument);
 
-  // 1. Everyone checks the target; the committing rank prepares the staging
-  //    directory (removing one a crashed save left behind).
-  bool targetExists = storage.exists(target);
+  // 1. The committing rank claims the target before anyone writes, and holds
+  //    the claim through the commit: a second save of the same target fails
+  //    at once with "busy". Then it checks the target and prepares the
+  //    staging directory (removing one a crashed save left behind), marked
+  //    uncommitted so that no reader takes it for a checkpoint.
+  std::unique_ptr<Claim> claim;
+  bool targetExists = false;
   Status prepared;
-  if (targetExists && !options.overwrite)
-    prepared = makeError(target + ": a checkpoint already exists (pass --overwrite to replace it)");
-  else if (comm.rank() == root) {
-    prepared = storage.removeTree(staging);
+  if (comm.rank() == root) {
+    Result<std::unique_ptr<Claim>> claimed = storage.claim(lockPathFor(target), claimHolder());
+    if (!claimed)
+      prepared = claimed.failure();
+    else
+      claim = claimed.take();
+    targetExists = prepared && storage.exists(target);
+    if (prepared && targetExists && !options.overwrite)
+      prepared = makeError(target + ": a checkpoint already exists (pass --overwrite to replace it)",
+                           ErrorKind::InvalidArgument);
+    if (prepared)
+      prepared = storage.removeTree(staging);
     if (prepared)
       prepared = storage.makeDir(staging);
+    if (prepared) {
+      // Not synced: after a crash the directory's name marks it just as well.
+      Result<std::unique_ptr<WritableFile>> marker =
+          storage.create(staging + "/" + kUncommittedMarker);
+      prepared = marker ? (*marker)->close() : Status(marker.failure());
+    }
   }
   if (Status agreed = agree(comm, prepared, root); !agreed)
-    return agreed.failure();
+    return propagate(agreed, "save to " + target + " failed, nothing written: " + agreed.error());
 
   // 2. Every rank writes and fsyncs its items.
   TransferStats stats;
@@ -235,12 +270,13 @@ Result<TransferStats> saveCheckpoint(const plan::PlanFile &planFile, const plan:
     for (size_t r = 0; r < gathered->size() && everyone; ++r) {
       Outcome outcome = decodeOutcome((*gathered)[r]);
       if (!outcome.status) {
-        everyone = propagate(outcome.status, "rank " + std::to_string(r) + ": " + outcome.status.error());
+        everyone = propagate(outcome.status, "rank " + std::to_string(r) + ": " +
+                                                 outcome.status.error());
         break;
       }
       Result<integrity::IntegrityIndex> part = integrity::parseIndex(outcome.payload);
       if (!part) {
-        everyone = propagate(part, "rank " + std::to_string(r) + " sent corrupt checksums: " + part.error());
+        everyone = makeError("rank " + std::to_string(r) + " sent corrupt checksums: " + part.error());
         break;
       }
       all.insert(all.end(), part->items.begin(), part->items.end());
@@ -249,13 +285,14 @@ Result<TransferStats> saveCheckpoint(const plan::PlanFile &planFile, const plan:
       everyone = commit(planFile, staging, target, targetExists, storage, options, all);
     if (!everyone)
       (void)storage.removeTree(staging); // nothing committed; the target is untouched
-    verdict = everyone ? "" : everyone.error();
+    verdict = encodeOutcome(everyone);
+    claim.reset(); // committed (or cleaned up): the next save may start
   }
   Result<std::string> decided = comm.broadcast(verdict, root);
   if (!decided)
     return decided.failure();
-  if (!decided->empty())
-    return makeError("save to " + target + " failed, nothing committed: " + *decided);
+  if (Status status = decodeOutcome(*decided).status; !status)
+    return propagate(status, "save to " + target + " failed, nothing committed: " + status.error());
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return stats;
 }

@@ -8,8 +8,9 @@ torch version: a one-off tool for people, never run by CI or scripts/test.sh.
 What it does:
   1. Makes a throwaway venv (default /tmp/torch-VERSION, reused when it
      already imports that torch) with a Python from /root/.pyenv/versions or
-     PATH, and `pip install torch==VERSION` from PyPI (the CUDA wheels: a few
-     GB; nothing here needs a GPU).
+     PATH, and `pip install torch==VERSION numpy` from PyPI (the CUDA wheels:
+     a few GB; nothing here needs a GPU; dcp.save's object collectives need
+     numpy).
   2. Runs this same file inside the venv (--generate), which spawns 2 CPU
      processes (gloo, torch.multiprocessing, a TCP store on 127.0.0.1) that
      build the model below, shard it with FSDP2 `fully_shard`, take two AdamW
@@ -17,6 +18,10 @@ What it does:
          dcp.save({"model": msd, "optimizer": osd,
                    "extra": {"plain": tensor, "note": "hello"}})
      where msd/osd come from torch.distributed.checkpoint.state_dict.get_state_dict.
+     Before 2.5 FSDP2's forward needs CUDA (2.4.1 fails on a CPU-only machine),
+     so there the gradients come from an unsharded replica instead (see
+     train_on_replica); the checkpoint path is the same. 2.4.1, 2.8.0 and
+     2.15.0 were run; 2.5-2.7 were not tried.
   3. Back in one process, reads the checkpoint with PyTorch
      (format_utils.dcp_to_torch_save + torch.load) and writes into the output
      directory:
@@ -74,7 +79,7 @@ def pick_python(wanted):
 def venv_has_torch(python, version):
     if not os.path.exists(python):
         return False
-    probe = subprocess.run([python, "-c", "import torch; print(torch.__version__)"],
+    probe = subprocess.run([python, "-c", "import numpy, torch; print(torch.__version__)"],
                            capture_output=True, text=True)
     return probe.returncode == 0 and probe.stdout.strip().split("+")[0] == version
 
@@ -87,7 +92,10 @@ def outer(args):
     if not venv_has_torch(python, args.version):
         if not os.path.exists(python):
             subprocess.check_call([pick_python(args.python), "-m", "venv", venv])
-        subprocess.check_call([python, "-m", "pip", "install", f"torch=={args.version}"])
+        # torch.distributed's object collectives (which dcp.save uses) need numpy.
+        major, minor = (int(x) for x in args.version.split(".")[:2])
+        numpy = "numpy<2" if (major, minor) < (2, 3) else "numpy"
+        subprocess.check_call([python, "-m", "pip", "install", f"torch=={args.version}", numpy])
     work = args.work or f"/tmp/torch-fixture-{args.version}"
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
@@ -151,6 +159,49 @@ def import_fully_shard():
     return fully_shard
 
 
+def fsdp2_runs_on_cpu():
+    """FSDP2's forward makes CUDA streams in 2.4 (it fails on a CPU-only
+    machine); 2.8 and 2.15 run it on a CPU mesh (2.5-2.7 untried)."""
+    import torch
+    major, minor = (int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+    return (major, minor) >= (2, 5)
+
+
+def train_on_replica(model, params, optim, rank):
+    """The same two data-parallel steps without FSDP2's forward: an unsharded
+    replica (same seed, so the same full parameters) computes the gradients,
+    averaged over the ranks with all_reduce, which are then sharded like the
+    parameters (Shard(0), torch.chunk sizes, as FSDP2 shards) and stepped by the
+    real optimizer of the sharded model. The checkpoint path, get_state_dict
+    and dcp.save on FSDP2's DTensors, is the same as after a real FSDP2 step."""
+    import torch
+    import torch.distributed as dist
+    try:
+        from torch.distributed.tensor import distribute_tensor
+    except ImportError:
+        from torch.distributed._tensor import distribute_tensor
+
+    torch.manual_seed(0)
+    replica = build_model()
+    replica_params = [p for p in replica.parameters() if p.requires_grad]
+    replica_optim = torch.optim.AdamW(replica_params, lr=LR, weight_decay=WEIGHT_DECAY)
+    torch.manual_seed(1 + rank)  # different data on each rank
+    for _ in range(2):
+        loss = replica(torch.randn(3, 8)).square().mean()
+        loss.backward()
+        for p, full in zip(params, replica_params):
+            dist.all_reduce(full.grad)
+            full.grad /= WORLD_SIZE
+            p.grad = distribute_tensor(full.grad, p.device_mesh, p.placements)
+        optim.step()
+        replica_optim.step()
+        optim.zero_grad()
+        replica_optim.zero_grad()
+    for p, full in zip(model.parameters(), replica.parameters()):
+        mine = full.detach().chunk(WORLD_SIZE)[rank]
+        assert torch.equal(p.to_local(), mine), "the sharded model left its replica"
+
+
 def worker(rank, work, port):
     import torch
     import torch.distributed as dist
@@ -169,12 +220,15 @@ def worker(rank, work, port):
     fully_shard(model, mesh=mesh)
     params = [p for p in model.parameters() if p.requires_grad]
     optim = torch.optim.AdamW(params, lr=LR, weight_decay=WEIGHT_DECAY)
-    torch.manual_seed(1 + rank)  # different data on each rank
-    for _ in range(2):
-        loss = model(torch.randn(3, 8)).square().mean()
-        loss.backward()
-        optim.step()
-        optim.zero_grad()
+    if fsdp2_runs_on_cpu():
+        torch.manual_seed(1 + rank)  # different data on each rank
+        for _ in range(2):
+            loss = model(torch.randn(3, 8)).square().mean()
+            loss.backward()
+            optim.step()
+            optim.zero_grad()
+    else:
+        train_on_replica(model, params, optim, rank)
     msd, osd = get_state_dict(model, optim)
     state = {"model": msd, "optimizer": osd,
              "extra": {"plain": torch.arange(6.0).reshape(2, 3), "note": "hello"}}

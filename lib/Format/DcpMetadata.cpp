@@ -49,8 +49,15 @@ const DTypeInfo kDTypes[] = {
 // large checkpoint has millions of chunks).
 //===----------------------------------------------------------------------===//
 
+/// What converting one pickle may produce, in bytes of output: memo
+/// references let a small file name one large value many times.
+struct Budget {
+  uint64_t left = 0;
+};
+
 struct Where {
   const Where *parent = nullptr;
+  Budget *budget = nullptr; // on the root of each chain
   std::string_view text;  // appended as is: "state_dict_metadata", ".size"
   std::string_view key;   // rendered ['key'] when hasKey
   bool hasKey = false;
@@ -74,8 +81,30 @@ Where child(const Where &parent, std::string_view text) {
   return w;
 }
 
+Error corruptMetadata(std::string message) {
+  return makeError(std::move(message), ErrorKind::Corrupt);
+}
+
 Error bad(const Where &where, const std::string &what) {
-  return makeError("dcp metadata: " + where.str() + ": " + what, ErrorKind::Corrupt);
+  return corruptMetadata("dcp metadata: " + where.str() + ": " + what);
+}
+
+/// Charges `bytes` of output to the conversion's budget; false when spent.
+bool spend(const Where &where, uint64_t bytes) {
+  const Where *root = &where;
+  while (root->parent)
+    root = root->parent;
+  if (!root->budget)
+    return true;
+  if (root->budget->left < bytes)
+    return false;
+  root->budget->left -= bytes;
+  return true;
+}
+
+Error overBudget(const Where &where) {
+  return bad(where, "the values expand past what a file of this size can hold "
+                    "(memo references repeat a value too often)");
 }
 
 std::string describe(const Value *v) {
@@ -102,6 +131,8 @@ const std::vector<Value *> &argsOf(const Value *v) {
 Result<std::string> toStr(const Value *v, const Where &where) {
   if (!v || v->kind != Kind::String)
     return bad(where, "expected a str, got " + describe(v));
+  if (!spend(where, 32 + v->text.size()))
+    return overBudget(where);
   return v->text;
 }
 
@@ -126,6 +157,8 @@ Result<Dims> toDims(const Value *v, const Where &where) {
   }
   if (!v || (v->kind != Kind::Tuple && v->kind != Kind::List))
     return bad(where, "expected a torch.Size or a tuple of ints, got " + describe(v));
+  if (!spend(where, 32 + 8 * static_cast<uint64_t>(v->items.size())))
+    return overBudget(where);
   Dims dims;
   dims.reserve(v->items.size());
   for (const Value *item : v->items) {
@@ -419,7 +452,7 @@ Result<StorageMeta> toStorageMeta(const Value *v, const Where &where) {
 
 /// planner_data of the default planner; nullopt for anything else.
 std::optional<std::vector<std::pair<std::string, std::vector<PathPart>>>>
-toPlannerData(const Value *v) {
+toPlannerData(const Value *v, Budget &budget) {
   if (!v || v->kind != Kind::Dict)
     return std::nullopt;
   std::vector<std::pair<std::string, std::vector<PathPart>>> out;
@@ -427,10 +460,18 @@ toPlannerData(const Value *v) {
   for (const auto &[key, path] : v->entries) {
     if (key->kind != Kind::String || (path->kind != Kind::Tuple && path->kind != Kind::List))
       return std::nullopt;
+    uint64_t cost = 64 + key->text.size() + 40 * static_cast<uint64_t>(path->items.size());
+    if (budget.left < cost)
+      return std::nullopt; // dropped like any form we do not know
+    budget.left -= cost;
     std::vector<PathPart> parts;
     for (const Value *part : path->items) {
-      if (part->kind == Kind::String)
+      if (part->kind == Kind::String) {
+        if (budget.left < part->text.size())
+          return std::nullopt;
+        budget.left -= part->text.size();
         parts.emplace_back(part->text);
+      }
       else if (part->kind == Kind::Int)
         parts.emplace_back(part->integer);
       else
@@ -678,7 +719,7 @@ Status validateMetadata(const Metadata &metadata) {
     const std::string &fqn = entries[e].first; // (no structured bindings:
     const StorageMetadata &entry = entries[e].second; // lambdas capture these)
     if (!entryOf.emplace(fqn, e).second)
-      return makeError("dcp metadata: key '" + fqn + "' appears twice");
+      return corruptMetadata("dcp metadata: key '" + fqn + "' appears twice");
     firstSlot[e] = slots;
     if (entry.isBytes) {
       ++slots;
@@ -686,12 +727,12 @@ Status validateMetadata(const Metadata &metadata) {
     }
     for (int64_t dim : entry.size)
       if (dim < 0)
-        return makeError("dcp metadata: '" + fqn + "' has a negative size " +
+        return corruptMetadata("dcp metadata: '" + fqn + "' has a negative size " +
                          dimsText(entry.size));
     if (entry.chunks.size() >= UINT32_MAX)
-      return makeError("dcp metadata: '" + fqn + "' has too many chunks");
+      return corruptMetadata("dcp metadata: '" + fqn + "' has too many chunks");
     auto chunkError = [&](const ChunkMetadata &chunk, const std::string &what) {
-      return makeError("dcp metadata: '" + fqn + "' chunk at " + dimsText(chunk.offsets) +
+      return corruptMetadata("dcp metadata: '" + fqn + "' chunk at " + dimsText(chunk.offsets) +
                        " size " + dimsText(chunk.sizes) + ": " + what);
     };
     std::vector<uint32_t> &order = byOffsets[e];
@@ -768,19 +809,21 @@ Status validateMetadata(const Metadata &metadata) {
   for (size_t e = 0; e < entries.size(); ++e) {
     const auto &[fqn, entry] = entries[e];
     if (entry.isBytes && !seen[firstSlot[e]])
-      return makeError("dcp metadata: '" + fqn + "' has no storage_data entry");
+      return corruptMetadata("dcp metadata: '" + fqn + "' has no storage_data entry");
     if (!entry.isBytes)
       for (size_t c = 0; c < entry.chunks.size(); ++c)
         if (!seen[firstSlot[e] + c])
-          return makeError("dcp metadata: '" + fqn + "' chunk at " +
+          return corruptMetadata("dcp metadata: '" + fqn + "' chunk at " +
                            dimsText(entry.chunks[c].offsets) + " has no storage_data entry");
   }
   return Status::success();
 }
 
-Result<Metadata> metadataFromPickle(const Value &root) {
+Result<Metadata> metadataFromPickle(const Value &root, uint64_t budgetBytes) {
+  Budget budget{budgetBytes};
   Where top;
   top.text = "Metadata";
+  top.budget = &budget;
   auto state = objectState(&root, kMetadataModule, "Metadata", top);
   if (!state)
     return state.failure();
@@ -788,6 +831,7 @@ Result<Metadata> metadataFromPickle(const Value &root) {
 
   Where sdmAt;
   sdmAt.text = "state_dict_metadata";
+  sdmAt.budget = &budget;
   const Value *sdm = field(*state, "state_dict_metadata");
   if (!sdm || sdm->kind != Kind::Dict)
     return bad(sdmAt, "expected a dict, got " + describe(sdm));
@@ -807,6 +851,7 @@ Result<Metadata> metadataFromPickle(const Value &root) {
 
   Where storageAt;
   storageAt.text = "storage_data";
+  storageAt.budget = &budget;
   const Value *storage = field(*state, "storage_data");
   if (!isNone(storage)) {
     if (storage->kind != Kind::Dict)
@@ -826,11 +871,12 @@ Result<Metadata> metadataFromPickle(const Value &root) {
     }
   }
 
-  out.plannerData = toPlannerData(field(*state, "planner_data"));
+  out.plannerData = toPlannerData(field(*state, "planner_data"), budget);
 
   if (const Value *meta = field(*state, "storage_meta"); !isNone(meta)) {
     Where at;
     at.text = "storage_meta";
+    at.budget = &budget;
     auto storageMeta = toStorageMeta(meta, at);
     if (!storageMeta)
       return storageMeta.failure();
@@ -840,6 +886,7 @@ Result<Metadata> metadataFromPickle(const Value &root) {
   if (const Value *version = field(*state, "version"); !isNone(version)) {
     Where at;
     at.text = "version";
+    at.budget = &budget;
     auto s = toStr(version, at);
     if (!s)
       return s.failure();
@@ -855,7 +902,9 @@ Result<Metadata> parseMetadata(std::string_view bytes) {
   auto doc = pickle::read(bytes);
   if (!doc)
     return propagate(doc, "dcp metadata: " + doc.error());
-  return metadataFromPickle(*doc->root());
+  // Output a few times the input: a real `.metadata` converts to about its
+  // own size; a hostile one with memo-shared values is refused.
+  return metadataFromPickle(*doc->root(), 16 * static_cast<uint64_t>(bytes.size()) + (64u << 20));
 }
 
 Result<std::string> serializeMetadata(const Metadata &metadata) {

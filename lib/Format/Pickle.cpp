@@ -218,8 +218,8 @@ Result<Document> Reader::run() {
   };
   auto pushGlobal = [&](std::string module, std::string name) -> Status {
     if (!options_.allowGlobal || !options_.allowGlobal(module, name))
-      return makeError("pickle: global '" + module + "." + name +
-                           "' is not allowed (never called) at offset " + std::to_string(opStart_),
+      return makeError("pickle: global '" + module + "." + name + "' is not allowed at offset " +
+                           std::to_string(opStart_),
                        ErrorKind::Incompatible);
     stack_.push_back(doc_.makeGlobal(std::move(module), std::move(name)));
     return Status::success();
@@ -714,14 +714,19 @@ std::string bigIntDecimal(std::string_view bytes) {
   return std::string(digits.rbegin(), digits.rend());
 }
 
-Status appendRepr(const Value &v, unsigned depth, std::string &out) {
+Status appendRepr(const Value &v, unsigned depth, size_t maxChars, std::string &out) {
   if (depth == 0)
-    return makeError("pickle: value nested too deeply (or cyclic) to print");
+    return makeError("pickle: value nested too deeply (or cyclic) to print", ErrorKind::Corrupt);
+  // Memo references let a small pickle name an exponentially large value.
+  if (out.size() > maxChars)
+    return makeError("pickle: value longer than " + std::to_string(maxChars) +
+                         " characters to print (memo references expand it)",
+                     ErrorKind::Corrupt);
   auto each = [&](const std::vector<Value *> &items) -> Status {
     for (size_t i = 0; i < items.size(); ++i) {
       if (i)
         out += ", ";
-      if (Status s = appendRepr(*items[i], depth - 1, out); !s)
+      if (Status s = appendRepr(*items[i], depth - 1, maxChars, out); !s)
         return s;
     }
     return Status::success();
@@ -752,10 +757,10 @@ Status appendRepr(const Value &v, unsigned depth, std::string &out) {
     for (size_t i = 0; i < v.entries.size(); ++i) {
       if (i)
         out += ", ";
-      if (Status s = appendRepr(*v.entries[i].first, depth - 1, out); !s)
+      if (Status s = appendRepr(*v.entries[i].first, depth - 1, maxChars, out); !s)
         return s;
       out += ": ";
-      if (Status s = appendRepr(*v.entries[i].second, depth - 1, out); !s)
+      if (Status s = appendRepr(*v.entries[i].second, depth - 1, maxChars, out); !s)
         return s;
     }
     out += '}';
@@ -772,7 +777,7 @@ Status appendRepr(const Value &v, unsigned depth, std::string &out) {
     if (!v.args)
       return makeError("pickle: persistent id without a value");
     out += "persistent_id(";
-    if (Status s = appendRepr(*v.args, depth - 1, out); !s)
+    if (Status s = appendRepr(*v.args, depth - 1, maxChars, out); !s)
       return s;
     out += ')';
     break;
@@ -902,9 +907,9 @@ Result<Document> read(std::string_view bytes, const ReadOptions &options) {
   return Reader(bytes, options).run();
 }
 
-Result<std::string> toPythonRepr(const Value &value, unsigned maxDepth) {
+Result<std::string> toPythonRepr(const Value &value, unsigned maxDepth, size_t maxChars) {
   std::string out;
-  if (Status s = appendRepr(value, maxDepth, out); !s)
+  if (Status s = appendRepr(value, maxDepth, maxChars, out); !s)
     return s.failure();
   return out;
 }

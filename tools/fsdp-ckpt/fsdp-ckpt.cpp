@@ -6,7 +6,9 @@
 //===----------------------------------------------------------------------===//
 #include "fsdp/Plan/PlanFile.h"
 #include "fsdp/Runtime/Checkpoint.h"
+#include "fsdp/Runtime/CheckpointReader.h"
 #include "fsdp/Runtime/Inspect.h"
+#include "fsdp/Support/Printable.h"
 
 #include <CLI/CLI.hpp>
 
@@ -102,56 +104,67 @@ std::pair<uint64_t, double> aggregate(Communicator &comm, const TransferStats &s
 }
 
 /// The source's tensor keys that the plan's metadata does not name.
-Status checkNoExtraTensors(const plan::PlanFile &planFile, const std::string &source) {
+Status checkNoExtraTensors(const plan::PlanFile &planFile, const std::string &source,
+                           Storage &storage) {
   Result<std::string> planned = planFile.metadataBytes();
   if (!planned)
     return planned.failure();
   Result<dcp::Metadata> plannedMetadata = dcp::parseMetadata(*planned);
   if (!plannedMetadata)
     return propagate(plannedMetadata, planFile.name() + ": " + plannedMetadata.error());
-  std::unique_ptr<Storage> storage = createPosixStorage();
-  Result<std::unique_ptr<zip::ByteSource>> file = storage->openRead(source + "/.metadata");
-  if (!file)
-    return file.failure();
-  std::string bytes((*file)->size(), '\0');
-  if (Status status = (*file)->read(0, bytes.data(), bytes.size()); !status)
-    return status;
-  Result<dcp::Metadata> sourceMetadata = dcp::parseMetadata(bytes);
-  if (!sourceMetadata)
-    return propagate(sourceMetadata, source + "/.metadata: " + sourceMetadata.error());
-  for (const auto &[key, storageMetadata] : sourceMetadata->stateDictMetadata)
+  Result<std::unique_ptr<CheckpointReader>> reader = CheckpointReader::open(source, storage);
+  if (!reader)
+    return reader.failure();
+  for (const auto &[key, storageMetadata] : (*reader)->metadata().stateDictMetadata)
     if (!storageMetadata.isBytes && !plannedMetadata->find(key))
       return makeError(source + " holds tensor '" + key +
-                       "', which the plan does not name (pass --allow-extra to drop it)");
+                           "', which the plan does not name (pass --allow-extra to drop it)",
+                       ErrorKind::Incompatible);
   return Status::success();
 }
 
 /// Rank 0's status on every rank.
 Status agreeOnRoot(Communicator &comm, const Status &rootStatus) {
-  Result<std::string> decided = comm.broadcast(rootStatus ? "" : rootStatus.error(), 0);
+  Result<std::string> decided =
+      comm.broadcast(rootStatus ? "" : std::string(1, char('0' + int(rootStatus.kind()))) +
+                                           rootStatus.error(),
+                     0);
   if (!decided)
     return decided.failure();
-  return decided->empty() ? Status::success() : Status(makeError(*decided));
+  if (decided->empty())
+    return Status::success();
+  return makeError(decided->substr(1), static_cast<ErrorKind>((*decided)[0] - '0'));
+}
+
+/// One line on stderr, escaped (a message may quote bytes from a file), and
+/// the exit code of the error's kind.
+int report(const char *command, const std::string &prefix, const Error &error) {
+  std::cerr << "fsdp-ckpt " << command << ": " << prefix << printable(error.message) << "\n";
+  return errorKindExitCode(error.kind);
 }
 
 /// An error every rank agreed on: rank 0 reports it.
-int fail(Communicator *comm, const char *command, const std::string &message) {
+int fail(Communicator *comm, const char *command, const Error &error) {
   if (!comm || comm->rank() == 0)
-    std::cerr << "fsdp-ckpt " << command << ": " << message << "\n";
-  return 1;
+    return report(command, "", error);
+  return errorKindExitCode(error.kind);
 }
 
 /// An error of this rank alone (before any collective): it reports it.
-int failHere(Communicator &comm, const char *command, const std::string &message) {
-  std::cerr << "fsdp-ckpt " << command << ": "
-            << (comm.size() > 1 ? "rank " + std::to_string(comm.rank()) + ": " : "") << message
-            << "\n";
-  return 1;
+int failHere(Communicator &comm, const char *command, const Error &error) {
+  return report(command,
+                comm.size() > 1 ? "rank " + std::to_string(comm.rank()) + ": " : "", error);
 }
+
+constexpr const char *kExitCodes =
+    "Exit status: 0 success; 1 failed (a --check mismatch, or any other failure);\n"
+    "2 invalid argument; 3 not found; 4 corrupt (checksum, truncated, malformed);\n"
+    "5 incompatible (key, shape, dtype, region not covered); 6 I/O error;\n"
+    "7 busy (another save holds the target).";
 
 } // namespace
 
-int main(int argc, char **argv) {
+int run(int argc, char **argv) {
   CLI::App app{"fsdp-ckpt: save, load, reshard, verify and inspect DCP checkpoints.\n"
                "Run one process per rank under mpirun; without mpirun the world is one rank."};
   app.require_subcommand(1);
@@ -201,42 +214,60 @@ int main(int argc, char **argv) {
   inspect->add_option("dir", inspectDir, "Checkpoint directory")->required();
   inspect->add_flag("--json", inspectOptions.json, "Print JSON");
 
-  CLI11_PARSE(app, argc, argv);
+  app.footer(kExitCodes);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp &help) {
+    return app.exit(help);
+  } catch (const CLI::CallForAllHelp &help) {
+    return app.exit(help);
+  } catch (const CLI::ParseError &error) {
+    app.exit(error); // prints the problem and the usage hint
+    return errorKindExitCode(ErrorKind::InvalidArgument);
+  }
 
   if (inspect->parsed()) {
-    Status status = inspectCheckpoint(inspectDir, inspectOptions, std::cout);
-    return status ? 0 : fail(nullptr, "inspect", status.error());
+    std::unique_ptr<Storage> storage = createPosixStorage();
+    Status status = inspectCheckpoint(inspectDir, *storage, inspectOptions, std::cout);
+    std::cout.flush();
+    return status ? 0 : fail(nullptr, "inspect", status.failure());
   }
   if (verify->parsed()) {
     std::unique_ptr<Storage> storage = createPosixStorage();
-    std::string report;
-    Status status = verifyCheckpoint(verifyDir, *storage, report);
-    std::cerr << report;
+    std::string problems;
+    Status status = verifyCheckpoint(verifyDir, *storage, problems);
+    // One line per problem, each escaped, then the verdict.
+    for (size_t begin = 0, end; begin < problems.size(); begin = end + 1) {
+      end = problems.find('\n', begin);
+      if (end == std::string::npos)
+        end = problems.size();
+      std::cerr << printable(problems.substr(begin, end - begin)) << "\n";
+    }
     if (!status)
-      return fail(nullptr, "verify", status.error());
-    std::cout << "verified " << verifyDir << ": every byte is covered and matches\n";
+      return fail(nullptr, "verify", status.failure());
+    std::cout << "verified " << printable(verifyDir) << ": every byte is covered and matches\n";
     return 0;
   }
 
   const char *command = save->parsed() ? "save" : load->parsed() ? "load" : "reshard";
   Result<Context> context = makeContext(&argc, &argv, fault, faultRank);
   if (!context)
-    return fail(nullptr, command, context.error());
+    return fail(nullptr, command, context.failure());
   Communicator &comm = *context->comm;
   Storage &storage = *context->storage;
   Result<plan::PlanFile> planFile = openPlan(planPath, comm.rank());
   if (!planFile)
-    return failHere(comm, command, planFile.error());
+    return failHere(comm, command, planFile.failure());
   Result<plan::RankPlan> rankPlan = rankPlanFor(*planFile, comm);
   if (!rankPlan)
-    return failHere(comm, command, rankPlan.error());
+    return failHere(comm, command, rankPlan.failure());
   Result<RankBuffers> buffers = RankBuffers::allocate(*rankPlan);
   if (!buffers)
-    return failHere(comm, command, buffers.error());
+    return failHere(comm, command, buffers.failure());
 
   if (save->parsed()) {
     if (Status status = fillFromSeed(*rankPlan, *buffers, static_cast<uint32_t>(seed)); !status)
-      return failHere(comm, command, status.error());
+      return failHere(comm, command, status.failure());
     SaveOptions options;
     options.overwrite = overwrite;
     options.step = step;
@@ -244,7 +275,7 @@ int main(int argc, char **argv) {
     Result<TransferStats> stats = saveCheckpoint(*planFile, *rankPlan, *buffers, dir, comm, storage,
                                                  options);
     if (!stats)
-      return fail(&comm, command, stats.error());
+      return fail(&comm, command, stats.failure());
     auto [bytes, seconds] = aggregate(comm, *stats);
     if (comm.rank() == 0)
       std::printf("saved %s: %s from %lld ranks in %.3f s, %.2f GB/s\n", dir.c_str(),
@@ -256,10 +287,14 @@ int main(int argc, char **argv) {
   LoadOptions loadOptions;
   loadOptions.syncModelWeights = !noSync && !reshard->parsed();
   loadOptions.progress = progressPrinter(load->parsed() ? "load" : "reshard", comm);
+  if (comm.rank() == 0)
+    loadOptions.notice = [command](const std::string &text) {
+      std::cerr << "fsdp-ckpt " << command << ": note: " << printable(text) << "\n";
+    };
   Result<LoadResult> loaded = loadCheckpoint(*rankPlan, *buffers, load->parsed() ? dir : fromDir,
                                              comm, storage, loadOptions);
   if (!loaded)
-    return fail(&comm, command, loaded.error());
+    return fail(&comm, command, loaded.failure());
 
   if (load->parsed()) {
     Status checked = seed >= 0 ? checkAgainstSeed(*rankPlan, *buffers, static_cast<uint32_t>(seed))
@@ -273,8 +308,10 @@ int main(int argc, char **argv) {
         if (!(*verdicts)[r].empty())
           firstError = "rank " + std::to_string(r) + ": " + (*verdicts)[r];
     Result<std::string> decided = comm.broadcast(firstError, 0);
-    if (!decided || !decided->empty())
-      return fail(&comm, command, "check failed: " + (decided ? *decided : decided.error()));
+    if (!decided)
+      return fail(&comm, command, decided.failure());
+    if (!decided->empty())
+      return fail(&comm, command, makeError("check failed: " + *decided));
     if (comm.rank() == 0)
       std::printf("loaded %s: %s into %lld ranks in %.3f s, %.2f GB/s%s\n", dir.c_str(),
                   gigabytes(bytes).c_str(), static_cast<long long>(comm.size()), seconds,
@@ -292,15 +329,27 @@ int main(int argc, char **argv) {
   // Every source tensor must be one the plan names, unless told otherwise.
   Status extras = Status::success();
   if (!allowExtra && comm.rank() == 0)
-    extras = checkNoExtraTensors(*planFile, fromDir);
+    extras = checkNoExtraTensors(*planFile, fromDir, storage);
   if (Status agreed = agreeOnRoot(comm, extras); !agreed)
-    return fail(&comm, command, agreed.error());
+    return fail(&comm, command, agreed.failure());
   Result<TransferStats> stats =
       saveCheckpoint(*planFile, *rankPlan, *buffers, dir, comm, storage, options);
   if (!stats)
-    return fail(&comm, command, stats.error());
+    return fail(&comm, command, stats.failure());
   if (comm.rank() == 0)
     std::printf("resharded %s into %s for %lld ranks\n", fromDir.c_str(), dir.c_str(),
                 static_cast<long long>(comm.size()));
   return 0;
+}
+
+int main(int argc, char **argv) {
+  // Whatever escapes (out of memory above all) still ends in one line.
+  try {
+    return run(argc, argv);
+  } catch (const std::bad_alloc &) {
+    std::cerr << "fsdp-ckpt: out of memory\n";
+  } catch (const std::exception &error) {
+    std::cerr << "fsdp-ckpt: internal error: " << printable(error.what()) << "\n";
+  }
+  return errorKindExitCode(ErrorKind::Internal);
 }

@@ -187,8 +187,11 @@ struct Metadata {
 /// Chunk overlap and coverage are the layout library's business.
 Status validateMetadata(const Metadata &metadata);
 
-/// Converts a parsed `.metadata` pickle, then validates it.
-Result<Metadata> metadataFromPickle(const pickle::Value &root);
+/// Converts a parsed `.metadata` pickle, then validates it; fails when the
+/// converted values would exceed `budgetBytes` (memo references let a small
+/// pickle repeat one large value many times).
+Result<Metadata> metadataFromPickle(const pickle::Value &root,
+                                    uint64_t budgetBytes = uint64_t(1) << 40);
 
 /// Parses `.metadata` bytes (restricted unpickler with the DCP allow-list).
 Result<Metadata> parseMetadata(std::string_view bytes);

@@ -151,8 +151,10 @@ Result<Document> read(std::string_view bytes, const ReadOptions &options = {});
 /// Python's repr() of a value for None, bool, int (BigInt too), float, str,
 /// bytes, tuple, list and dict, e.g. "(0.9, 0.999)" or "['a', 'b']"; globals
 /// print as module.name, objects as module.name(args). Fails past `maxDepth`
-/// nested containers (memo references can make cycles).
-Result<std::string> toPythonRepr(const Value &value, unsigned maxDepth = 64);
+/// nested containers (memo references can make cycles) or past `maxChars`
+/// characters (memo references can make a small pickle expand without bound).
+Result<std::string> toPythonRepr(const Value &value, unsigned maxDepth = 64,
+                                 size_t maxChars = size_t(1) << 20);
 
 //===----------------------------------------------------------------------===//
 // Writing (protocol 2)

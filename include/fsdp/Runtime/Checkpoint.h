@@ -59,6 +59,8 @@ struct LoadOptions {
   bool syncModelWeights = true;
   bool verifyChecksums = true;
   std::function<void(const Progress &)> progress;
+  /// Told once what a user should know (a checkpoint without an index).
+  std::function<void(const std::string &)> notice;
 };
 
 struct LoadResult {

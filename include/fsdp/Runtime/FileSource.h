@@ -27,9 +27,6 @@ private:
   uint64_t size_;
 };
 
-/// Reads a whole (small) file.
-Result<std::string> readWholeFile(const std::string &path, uint64_t maxBytes = uint64_t(1) << 34);
-
 } // namespace runtime
 } // namespace fsdp
 

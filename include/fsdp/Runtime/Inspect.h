@@ -2,6 +2,7 @@
 #ifndef FSDP_RUNTIME_INSPECT_H
 #define FSDP_RUNTIME_INSPECT_H
 
+#include "fsdp/Runtime/Storage.h"
 #include "fsdp/Support/Result.h"
 
 #include <ostream>
@@ -17,9 +18,10 @@ struct InspectOptions {
 };
 
 /// Lists the keys, shapes, dtypes, chunks and files of the DCP checkpoint
-/// in `dir` (ours or PyTorch's), as text or JSON. Reads `.metadata` and, for
-/// bytes items, only their bytes; never executes pickled code.
-Status inspectCheckpoint(const std::string &dir, const InspectOptions &options,
+/// in `dir` (ours or PyTorch's), as text or JSON, through the checkpoint
+/// reader: `.metadata` and, for bytes items, only their bytes (checked);
+/// never executes pickled code, and escapes every byte that came from a file.
+Status inspectCheckpoint(const std::string &dir, Storage &storage, const InspectOptions &options,
                          std::ostream &out);
 
 } // namespace runtime

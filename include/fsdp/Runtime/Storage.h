@@ -36,11 +36,27 @@ public:
   virtual const std::string &path() const = 0;
 };
 
+/// An exclusive claim on a path, held until destroyed.
+class Claim {
+public:
+  virtual ~Claim() = default;
+};
+
 class Storage {
 public:
   virtual ~Storage() = default;
+  /// Claims `lockPath` (created if missing) for this process until the claim
+  /// is destroyed: an flock, so the claim of a process that dies ends with
+  /// it. `holder` describes the claimant; a second claim fails at once with
+  /// a busy error naming the holder.
+  virtual Result<std::unique_ptr<Claim>> claim(const std::string &lockPath,
+                                               const std::string &holder) = 0;
+  /// The canonical absolute form of an existing path (links, `.`, `..`).
+  virtual Result<std::string> realPath(const std::string &path) = 0;
   /// Creates (truncating) a file for writing.
   virtual Result<std::unique_ptr<WritableFile>> create(const std::string &path) = 0;
+  /// Opens a regular file for reading, never blocking (a FIFO is refused,
+  /// not waited on) and never following a link out of the file's directory.
   virtual Result<std::unique_ptr<zip::ByteSource>> openRead(const std::string &path) = 0;
   virtual bool exists(const std::string &path) = 0;
   virtual Status makeDir(const std::string &path) = 0;

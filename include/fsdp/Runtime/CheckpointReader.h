@@ -1,0 +1,145 @@
+//===- CheckpointReader.h - The one reader of a checkpoint directory -*- C++ -*-===//
+//
+// Load, verify, inspect and the tools read a checkpoint directory only
+// through this class, and only through Storage. It treats every file as
+// hostile:
+//  - a staging directory (a save that never committed) is refused, by its
+//    name once links and `.` are resolved, and by the marker a save leaves
+//    in it until the commit;
+//  - only regular files are opened (a FIFO is refused, never waited on), and
+//    no link leads out of the directory; every file name from `.metadata` or
+//    the index is a plain name inside the directory;
+//  - sizes are checked against the file's real size before anything is
+//    allocated, offsets with overflow-safe arithmetic; the `.metadata`
+//    conversion has a budget, so memo-shared values cannot expand it;
+//  - every item is checked the first time its bytes are read: against the
+//    integrity index (xxh3 of the whole item) in our checkpoints, against
+//    the zip CRC of its data record in PyTorch's; each use of an opened
+//    tensor item re-checks its dtype, shape and byte count against the key
+//    that uses it.
+// Errors carry their kind (not found, corrupt, incompatible, I/O) and name
+// the file and key; bytes from files are escaped where they are printed.
+//
+//===----------------------------------------------------------------------===//
+#ifndef FSDP_RUNTIME_CHECKPOINTREADER_H
+#define FSDP_RUNTIME_CHECKPOINTREADER_H
+
+#include "fsdp/Format/DcpMetadata.h"
+#include "fsdp/Format/IntegrityIndex.h"
+#include "fsdp/Format/Zip.h"
+#include "fsdp/Runtime/Storage.h"
+
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+namespace fsdp {
+namespace runtime {
+
+/// The file a save leaves in its staging directory until it commits.
+constexpr const char *kUncommittedMarker = ".fsdp-uncommitted";
+
+/// One saved tensor item (a torch.save zip), opened once.
+struct TensorItem {
+  std::string fileName; // relative to the checkpoint directory
+  std::string path;     // directory/fileName, for messages
+  const zip::ByteSource *file = nullptr;
+  uint64_t itemOffset = 0, itemLength = 0;
+  uint64_t dataOffset = 0; // absolute offset of the storage's first byte
+  uint32_t dataCrc = 0;    // the zip CRC of the storage record
+  zip::TensorRecord record;
+  bool contiguous = true; // C order
+  /// The index's checksum of the whole item, or null (then the zip CRC).
+  const integrity::ItemChecksum *checksum = nullptr;
+  bool verified = false;
+};
+
+struct ReaderOptions {
+  /// Check items when they are first read (against the index or the zip
+  /// CRCs). Off only for measurements.
+  bool verifyItems = true;
+};
+
+class CheckpointReader {
+public:
+  /// Opens a committed checkpoint: resolves and checks the directory, reads
+  /// `.metadata` (ours or PyTorch's) and, when present, the integrity index,
+  /// checking `.metadata` against it.
+  static Result<std::unique_ptr<CheckpointReader>> open(const std::string &dir, Storage &storage,
+                                                        const ReaderOptions &options = {});
+
+  const std::string &dir() const { return dir_; }
+  const dcp::Metadata &metadata() const { return metadata_; }
+  /// The integrity index (our checkpoints have one), or null.
+  const integrity::IntegrityIndex *index() const { return hasIndex_ ? &index_ : nullptr; }
+
+  const dcp::StorageMetadata *find(const std::string &key) const;
+  /// The storage of a tensor chunk (offsets) or of a bytes item (nullopt).
+  const dcp::StorageInfo *storageOf(const std::string &key,
+                                    const std::optional<dcp::Dims> &offsets) const;
+
+  /// The item of `chunk` of tensor `key`, opened (once) and checked against
+  /// what `.metadata` says of that key: dtype, chunk shape, storage size.
+  Result<TensorItem *> tensorItem(const std::string &key, const dcp::ChunkMetadata &chunk);
+  /// True while an item's bytes are still to be checked: reads of parts of
+  /// it must go through readStorage first.
+  bool needsCheck(const TensorItem &item) const {
+    return options_.verifyItems && !item.verified;
+  }
+  /// The item's whole storage into `destination` (storageBytes() bytes),
+  /// checking the item the first time.
+  Status readStorage(TensorItem &item, char *destination);
+  /// `count` bytes of the storage from byte `offset`, unchecked: only for an
+  /// item already checked (or when checks are off).
+  Status readStorageRange(const TensorItem &item, uint64_t offset, uint64_t count,
+                          char *destination);
+
+  /// A bytes item's whole torch.save archive, checked.
+  Result<std::string> bytesItem(const std::string &key);
+  /// The Python repr of a bytes item's value (never executed; bounded).
+  Result<std::string> bytesItemRepr(const std::string &key);
+
+  /// Checks every byte (our checkpoints: items, padding, trailing bytes
+  /// against the index; PyTorch's: every zip CRC) and every tensor item's
+  /// header against `.metadata`, streaming files in blocks. One line per
+  /// problem in `report`; fails when there was any.
+  Status verifyAll(std::string &report);
+
+  /// directory/name, for messages (name escaped).
+  std::string pathOf(const std::string &name) const;
+
+private:
+  CheckpointReader(std::string dir, Storage &storage, const ReaderOptions &options)
+      : dir_(std::move(dir)), storage_(storage), options_(options) {}
+  Status readMetadataAndIndex();
+  Result<const zip::ByteSource *> file(const std::string &name);
+  /// Checks [offset, offset + length) lies in `file`; names the key.
+  Status checkBounds(const std::string &key, const std::string &name, uint64_t offset,
+                     uint64_t length, uint64_t fileSize) const;
+  Status checkItemAgainstKey(const TensorItem &item, const std::string &key,
+                             const dcp::ChunkMetadata &chunk) const;
+  Status verifyIndexed(std::string &report, size_t &problems);
+  Status verifyCrcs(std::string &report, size_t &problems);
+
+  std::string dir_;
+  Storage &storage_;
+  ReaderOptions options_;
+  dcp::Metadata metadata_;
+  integrity::IntegrityIndex index_;
+  bool hasIndex_ = false;
+  std::unordered_map<std::string, size_t> keys_;
+  std::map<std::pair<std::string, dcp::Dims>, const dcp::StorageInfo *> tensorStorage_;
+  std::map<std::string, const dcp::StorageInfo *> bytesStorage_;
+  std::map<std::pair<std::string, uint64_t>, const integrity::ItemChecksum *> checksums_;
+  std::map<std::string, std::unique_ptr<zip::ByteSource>> files_;
+  std::map<std::pair<std::string, uint64_t>, std::unique_ptr<TensorItem>> items_;
+};
+
+/// True for a plain file name: not empty, no '/', no NUL, not `.` or `..`.
+bool isPlainFileName(const std::string &name);
+
+} // namespace runtime
+} // namespace fsdp
+
+#endif // FSDP_RUNTIME_CHECKPOINTREADER_H

@@ -1,0 +1,534 @@
+//===- CheckpointReader.cpp - The one reader of a checkpoint directory ----===//
+#include "fsdp/Runtime/CheckpointReader.h"
+#include "fsdp/Format/Pickle.h"
+#include "fsdp/Support/Printable.h"
+#include "RuntimeSupport.h"
+
+#include <algorithm>
+#include <new>
+
+namespace fsdp {
+namespace runtime {
+
+namespace {
+
+constexpr uint64_t kBlock = 1 << 20;
+
+std::string dimsText(const dcp::Dims &dims) {
+  std::string text = "[";
+  for (size_t i = 0; i < dims.size(); ++i)
+    text += (i ? ", " : "") + std::to_string(dims[i]);
+  return text + "]";
+}
+
+Error corrupt(std::string message) { return makeError(std::move(message), ErrorKind::Corrupt); }
+
+/// [offset, offset + length) inside [0, size), without overflow.
+bool inBounds(uint64_t offset, uint64_t length, uint64_t size) {
+  return offset <= size && length <= size - offset;
+}
+
+/// A whole small file, its size checked against the real one first.
+Result<std::string> readSmallFile(Storage &storage, const std::string &path) {
+  Result<std::unique_ptr<zip::ByteSource>> file = storage.openRead(path);
+  if (!file)
+    return file.failure();
+  std::string bytes;
+  try {
+    bytes.resize((*file)->size());
+  } catch (const std::bad_alloc &) {
+    return makeError(printable(path) + ": " + std::to_string((*file)->size()) +
+                         " bytes do not fit in memory",
+                     ErrorKind::IO, ENOMEM);
+  }
+  if (Status status = (*file)->read(0, bytes.data(), bytes.size()); !status)
+    return status.failure();
+  return bytes;
+}
+
+/// xxh3 of [offset, offset + length) of `source`, read in blocks.
+Result<uint64_t> hashRange(const zip::ByteSource &source, uint64_t offset, uint64_t length,
+                           std::string &block) {
+  block.resize(kBlock);
+  integrity::StreamingXxh3 hash;
+  for (uint64_t at = 0; at < length; at += kBlock) {
+    uint64_t count = std::min(kBlock, length - at);
+    if (Status status = source.read(offset + at, block.data(), count); !status)
+      return status.failure();
+    hash.update(block.data(), count);
+  }
+  return hash.digest();
+}
+
+} // namespace
+
+bool isPlainFileName(const std::string &name) {
+  return !name.empty() && name != "." && name != ".." && name.size() <= 255 &&
+         name.find('/') == std::string::npos && name.find('\0') == std::string::npos;
+}
+
+std::string CheckpointReader::pathOf(const std::string &name) const {
+  return printable(dir_ + "/" + name);
+}
+
+Result<std::unique_ptr<CheckpointReader>> CheckpointReader::open(const std::string &rawDir,
+                                                                 Storage &storage,
+                                                                 const ReaderOptions &options) {
+  std::string dir = trimSlashes(rawDir);
+  // However it is named (`D.fsdp-staging/.`, a link to it, a renamed copy),
+  // a staging directory is a save that never committed.
+  // (A directory that does not resolve fails below, naming `.metadata`.)
+  Result<std::string> resolved = storage.realPath(dir);
+  std::string real = resolved ? *resolved : dir;
+  if (Status status = refuseStagingDir(real); !status)
+    return makeError(printable(dir) + ": " + status.error(), ErrorKind::NotFound);
+  if (storage.exists(real + "/" + kUncommittedMarker))
+    return makeError(printable(dir) + ": holds " + kUncommittedMarker +
+                         ": the staging directory of a save that never committed; it is "
+                         "incomplete and is not read",
+                     ErrorKind::NotFound);
+  std::unique_ptr<CheckpointReader> reader(new CheckpointReader(dir, storage, options));
+  if (Status status = reader->readMetadataAndIndex(); !status)
+    return status.failure();
+  return reader;
+}
+
+Status CheckpointReader::readMetadataAndIndex() {
+  std::string metadataPath = dir_ + "/.metadata";
+  Result<std::string> bytes = readSmallFile(storage_, metadataPath);
+  if (!bytes) {
+    if (bytes.kind() == ErrorKind::NotFound)
+      return propagate(bytes, printable(bytes.error()) +
+                                  " (no committed checkpoint here; an interrupted save leaves "
+                                  "none)");
+    return propagate(bytes, printable(bytes.error()));
+  }
+  Result<dcp::Metadata> metadata = dcp::parseMetadata(*bytes);
+  if (!metadata)
+    return classify(metadata, pathOf(".metadata") + ": " + printable(metadata.error()),
+                    ErrorKind::Corrupt);
+  metadata_ = metadata.take();
+  for (const auto &[index, info] : metadata_.storageData)
+    if (!isPlainFileName(info.relativePath))
+      return corrupt(pathOf(".metadata") + ": item " + printable(index.fqn) +
+                     " names the file '" + printable(info.relativePath) +
+                     "', which is not a plain name inside the checkpoint directory");
+  for (size_t i = 0; i < metadata_.stateDictMetadata.size(); ++i)
+    keys_[metadata_.stateDictMetadata[i].first] = i;
+  for (const auto &[index, info] : metadata_.storageData) {
+    if (index.offset)
+      tensorStorage_[{index.fqn, *index.offset}] = &info;
+    else
+      bytesStorage_[index.fqn] = &info;
+  }
+
+  std::string indexPath = dir_ + "/" + integrity::kIndexFileName;
+  if (!storage_.exists(indexPath))
+    return Status::success();
+  Result<std::string> indexBytes = readSmallFile(storage_, indexPath);
+  if (!indexBytes)
+    return propagate(indexBytes, printable(indexBytes.error()));
+  Result<integrity::IntegrityIndex> index = integrity::parseIndex(*indexBytes);
+  if (!index)
+    return classify(index, pathOf(integrity::kIndexFileName) + ": " + printable(index.error()),
+                    ErrorKind::Corrupt);
+  index_ = index.take();
+  hasIndex_ = true;
+  if (index_.metadataLength != bytes->size() ||
+      index_.metadataXxh3 != integrity::xxh3(bytes->data(), bytes->size()))
+    return corrupt(pathOf(".metadata") + ": checksum mismatch against " +
+                   integrity::kIndexFileName + " (the file is corrupt)");
+  for (const integrity::ItemChecksum &item : index_.items) {
+    if (!isPlainFileName(item.file))
+      return corrupt(pathOf(integrity::kIndexFileName) + ": item " + printable(item.key) +
+                     " names the file '" + printable(item.file) +
+                     "', which is not a plain name inside the checkpoint directory");
+    checksums_[{item.file, item.offset}] = &item;
+  }
+  return Status::success();
+}
+
+const dcp::StorageMetadata *CheckpointReader::find(const std::string &key) const {
+  auto found = keys_.find(key);
+  return found == keys_.end() ? nullptr : &metadata_.stateDictMetadata[found->second].second;
+}
+
+const dcp::StorageInfo *
+CheckpointReader::storageOf(const std::string &key, const std::optional<dcp::Dims> &offsets) const {
+  if (!offsets) {
+    auto found = bytesStorage_.find(key);
+    return found == bytesStorage_.end() ? nullptr : found->second;
+  }
+  auto found = tensorStorage_.find({key, *offsets});
+  return found == tensorStorage_.end() ? nullptr : found->second;
+}
+
+Result<const zip::ByteSource *> CheckpointReader::file(const std::string &name) {
+  auto &slot = files_[name];
+  if (!slot) {
+    Result<std::unique_ptr<zip::ByteSource>> opened = storage_.openRead(dir_ + "/" + name);
+    if (!opened)
+      return propagate(opened, printable(opened.error()));
+    slot = opened.take();
+  }
+  return slot.get();
+}
+
+Status CheckpointReader::checkBounds(const std::string &key, const std::string &name,
+                                     uint64_t offset, uint64_t length, uint64_t fileSize) const {
+  if (inBounds(offset, length, fileSize))
+    return Status::success();
+  return corrupt(pathOf(name) + ": item " + printable(key) + " at " + std::to_string(offset) +
+                 " (" + std::to_string(length) + " bytes) lies past the end of the file (" +
+                 std::to_string(fileSize) + " bytes): truncated file");
+}
+
+Status CheckpointReader::checkItemAgainstKey(const TensorItem &item, const std::string &key,
+                                             const dcp::ChunkMetadata &chunk) const {
+  const dcp::StorageMetadata *saved = find(key);
+  std::string where = item.path + ": item " + printable(key) + " at " +
+                      std::to_string(item.itemOffset);
+  if (!saved || saved->isBytes)
+    return corrupt(where + " is not a tensor in .metadata");
+  if (item.record.dtype != saved->properties.dtype)
+    return corrupt(where + " holds " + dcp::dtypeInfo(item.record.dtype).name +
+                   " but .metadata says " + dcp::dtypeInfo(saved->properties.dtype).name);
+  if (item.record.size != chunk.sizes)
+    return corrupt(where + " has shape " + dimsText(item.record.size) + " but .metadata says " +
+                   dimsText(chunk.sizes));
+  return Status::success();
+}
+
+Result<TensorItem *> CheckpointReader::tensorItem(const std::string &key,
+                                                  const dcp::ChunkMetadata &chunk) {
+  const dcp::StorageInfo *where = storageOf(key, chunk.offsets);
+  if (!where)
+    return corrupt(printable(key) + ": the chunk at " + dimsText(chunk.offsets) +
+                   " has no storage entry in " + pathOf(".metadata"));
+  auto &slot = items_[{where->relativePath, where->offset}];
+  if (slot) {
+    // Two keys (or chunks) may name one item: each use is checked.
+    if (Status status = checkItemAgainstKey(*slot, key, chunk); !status)
+      return status.failure();
+    return slot.get();
+  }
+  if (where->transformDescriptors && !where->transformDescriptors->empty())
+    return makeError(printable(key) + ": stored with transforms (" +
+                         printable(where->transformDescriptors->front()) +
+                         "), which this runtime does not read",
+                     ErrorKind::Incompatible);
+  Result<const zip::ByteSource *> opened = file(where->relativePath);
+  if (!opened)
+    return opened.failure();
+  const zip::ByteSource &source = **opened;
+  if (Status status = checkBounds(key, where->relativePath, where->offset, where->length,
+                                  source.size());
+      !status)
+    return status.failure();
+  auto item = std::make_unique<TensorItem>();
+  item->fileName = where->relativePath;
+  item->path = pathOf(where->relativePath);
+  item->file = &source;
+  item->itemOffset = where->offset;
+  item->itemLength = where->length;
+  auto checksum = checksums_.find({where->relativePath, where->offset});
+  if (checksum != checksums_.end())
+    item->checksum = checksum->second;
+  else if (hasIndex_)
+    return corrupt(item->path + ": item " + printable(key) + " at " +
+                   std::to_string(where->offset) + " is not in the integrity index");
+  if (item->checksum && item->checksum->length != where->length)
+    return corrupt(item->path + ": item " + printable(key) + " is " +
+                   std::to_string(where->length) + " bytes in .metadata but " +
+                   std::to_string(item->checksum->length) + " in the integrity index");
+
+  zip::SliceSource slice(source, where->offset, where->length);
+  std::string prefix = item->path + ": item " + printable(key) + ": ";
+  // A damaged item of ours is reported as what it is: a checksum mismatch.
+  auto damaged = [&](const auto &failed) -> Error {
+    std::string block;
+    if (item->checksum) {
+      Result<uint64_t> digest = hashRange(source, where->offset, where->length, block);
+      if (digest && *digest != item->checksum->xxh3)
+        return corrupt(item->path + ": checksum mismatch in the item at " +
+                       std::to_string(where->offset) + " (" + printable(item->checksum->key) +
+                       "): the file is corrupt");
+    }
+    return classify(failed, prefix + printable(failed.error()), ErrorKind::Corrupt);
+  };
+  Result<zip::TorchSaveItem> archive = zip::openTorchSaveItem(slice);
+  if (!archive)
+    return damaged(archive);
+  Result<zip::TensorRecord> record = zip::decodeTensorPickle(archive->dataPkl);
+  if (!record)
+    return damaged(record);
+  const zip::Entry *data = archive->findRecord("data/" + record->storageKey);
+  if (!data)
+    return corrupt(prefix + "no data/" + printable(record->storageKey) + " record");
+  if (archive->bigEndian)
+    return makeError(prefix + "big-endian items are not read", ErrorKind::Incompatible);
+  // The storage record holds exactly the storage the tensor views (DCP
+  // clones views of larger storages), and ends before the records after it.
+  if (data->size != record->storageBytes() || data->method != 0)
+    return corrupt(prefix + "the data/" + printable(record->storageKey) + " record holds " +
+                   std::to_string(data->size) + " bytes but the tensor's storage is " +
+                   std::to_string(record->storageBytes()));
+  if (!inBounds(data->dataOffset, data->size, where->length))
+    return corrupt(prefix + "the storage record lies outside the item");
+  for (const zip::Entry &other : archive->entries)
+    if (&other != data && other.headerOffset >= data->dataOffset &&
+        other.headerOffset < data->dataOffset + data->size)
+      return corrupt(prefix + "the storage record overlaps the record " +
+                     printable(other.name));
+  item->dataOffset = where->offset + data->dataOffset;
+  item->dataCrc = data->crc;
+  item->record = record.take();
+  int64_t expected = 1;
+  for (size_t d = item->record.size.size(); d-- > 0;) {
+    if (item->record.size[d] != 1 && item->record.stride[d] != expected)
+      item->contiguous = false;
+    expected *= item->record.size[d];
+  }
+  if (Status status = checkItemAgainstKey(*item, key, chunk); !status)
+    return status.failure();
+  slot = std::move(item);
+  return slot.get();
+}
+
+Status CheckpointReader::readStorageRange(const TensorItem &item, uint64_t offset,
+                                          uint64_t count, char *destination) {
+  if (!inBounds(offset, count, item.record.storageBytes()))
+    return corrupt(item.path + ": read outside the item at " + std::to_string(item.itemOffset));
+  return item.file->read(item.dataOffset + offset, destination, count);
+}
+
+Status CheckpointReader::readStorage(TensorItem &item, char *destination) {
+  uint64_t dataBytes = item.record.storageBytes();
+  if (!needsCheck(item))
+    return item.file->read(item.dataOffset, destination, dataBytes);
+  auto mismatch = [&]() -> Status {
+    return corrupt(item.path + ": checksum mismatch in the item at " +
+                   std::to_string(item.itemOffset) +
+                   (item.checksum ? " (" + printable(item.checksum->key) + ")"
+                                  : std::string(" (zip CRC of its data)")) +
+                   ": the file is corrupt");
+  };
+  if (!item.checksum) {
+    // A PyTorch checkpoint: the zip CRC of the storage record.
+    uint32_t crc = 0;
+    for (uint64_t at = 0; at < dataBytes; at += kBlock) {
+      uint64_t size = std::min(kBlock, dataBytes - at);
+      if (Status status = item.file->read(item.dataOffset + at, destination + at, size); !status)
+        return status;
+      crc = zip::crc32(destination + at, size, crc);
+    }
+    if (crc != item.dataCrc)
+      return mismatch();
+    item.verified = true;
+    return Status::success();
+  }
+  // Ours: xxh3 of the whole item, hashing each block while it is hot.
+  uint64_t dataBegin = item.dataOffset - item.itemOffset;
+  std::string before(dataBegin, '\0'), after(item.itemLength - dataBegin - dataBytes, '\0');
+  if (Status status = item.file->read(item.itemOffset, before.data(), before.size()); !status)
+    return status;
+  integrity::StreamingXxh3 hash;
+  hash.update(before.data(), before.size());
+  for (uint64_t at = 0; at < dataBytes; at += kBlock) {
+    uint64_t size = std::min(kBlock, dataBytes - at);
+    if (Status status = item.file->read(item.dataOffset + at, destination + at, size); !status)
+      return status;
+    hash.update(destination + at, size);
+  }
+  if (Status status = item.file->read(item.dataOffset + dataBytes, after.data(), after.size());
+      !status)
+    return status;
+  hash.update(after.data(), after.size());
+  if (hash.digest() != item.checksum->xxh3)
+    return mismatch();
+  item.verified = true;
+  return Status::success();
+}
+
+Result<std::string> CheckpointReader::bytesItem(const std::string &key) {
+  const dcp::StorageInfo *where = storageOf(key, std::nullopt);
+  if (!where)
+    return corrupt(printable(key) + ": no storage entry in " + pathOf(".metadata"));
+  Result<const zip::ByteSource *> opened = file(where->relativePath);
+  if (!opened)
+    return opened.failure();
+  if (Status status =
+          checkBounds(key, where->relativePath, where->offset, where->length, (*opened)->size());
+      !status)
+    return status.failure();
+  std::string bytes(where->length, '\0'); // within the file: checked above
+  if (Status status = (*opened)->read(where->offset, bytes.data(), bytes.size()); !status)
+    return status.failure();
+  if (!options_.verifyItems)
+    return bytes;
+  std::string where_ = pathOf(where->relativePath) + ": item " + printable(key);
+  auto checksum = checksums_.find({where->relativePath, where->offset});
+  if (checksum != checksums_.end()) {
+    if (checksum->second->length != bytes.size() ||
+        checksum->second->xxh3 != integrity::xxh3(bytes.data(), bytes.size()))
+      return corrupt(pathOf(where->relativePath) + ": checksum mismatch in the item at " +
+                     std::to_string(where->offset) + " (" + printable(checksum->second->key) +
+                     "): the file is corrupt");
+    return bytes;
+  }
+  if (hasIndex_)
+    return corrupt(where_ + " is not in the integrity index");
+  zip::MemorySource source(bytes);
+  Result<std::vector<zip::Entry>> entries = zip::readDirectory(source);
+  if (!entries)
+    return classify(entries, where_ + ": " + printable(entries.error()), ErrorKind::Corrupt);
+  for (const zip::Entry &entry : *entries)
+    if (Status status = zip::verifyEntryCrc(source, entry); !status)
+      return classify(status, where_ + ": " + printable(status.error()), ErrorKind::Corrupt);
+  return bytes;
+}
+
+Result<std::string> CheckpointReader::bytesItemRepr(const std::string &key) {
+  Result<std::string> bytes = bytesItem(key);
+  if (!bytes)
+    return bytes.failure();
+  zip::MemorySource source(*bytes);
+  std::string where = pathOf(storageOf(key, std::nullopt)->relativePath) + ": item " +
+                      printable(key) + ": ";
+  Result<zip::TorchSaveItem> item = zip::openTorchSaveItem(source);
+  if (!item)
+    return classify(item, where + printable(item.error()), ErrorKind::Corrupt);
+  Result<pickle::Document> document = pickle::read(item->dataPkl);
+  if (!document)
+    return classify(document, where + printable(document.error()), ErrorKind::Corrupt);
+  Result<std::string> repr = pickle::toPythonRepr(*document->root());
+  if (!repr)
+    return classify(repr, where + printable(repr.error()), ErrorKind::Corrupt);
+  return repr.take();
+}
+
+Status CheckpointReader::verifyIndexed(std::string &report, size_t &problems) {
+  auto problem = [&](const std::string &line) {
+    report += line + "\n";
+    ++problems;
+  };
+  for (const auto &[index, info] : metadata_.storageData) {
+    auto found = checksums_.find({info.relativePath, info.offset});
+    if (found == checksums_.end())
+      problem(pathOf(info.relativePath) + ": item " + printable(index.fqn) + " at " +
+              std::to_string(info.offset) + " is not in the integrity index");
+    else if (found->second->length != info.length)
+      problem(pathOf(info.relativePath) + ": item " + printable(index.fqn) + " is " +
+              std::to_string(info.length) + " bytes in .metadata but " +
+              std::to_string(found->second->length) + " in the integrity index");
+  }
+  std::map<std::string, std::vector<const integrity::ItemChecksum *>> byFile;
+  for (const integrity::ItemChecksum &item : index_.items)
+    byFile[item.file].push_back(&item);
+  std::string block(kBlock, '\0');
+  for (auto &[name, items] : byFile) {
+    std::string path = pathOf(name);
+    Result<const zip::ByteSource *> opened = file(name);
+    if (!opened) {
+      problem(opened.error());
+      continue;
+    }
+    const zip::ByteSource &source = **opened;
+    uint64_t size = source.size();
+    std::sort(items.begin(), items.end(), [](auto *a, auto *b) { return a->offset < b->offset; });
+    uint64_t cursor = 0;
+    for (const integrity::ItemChecksum *item : items) {
+      if (item->offset < cursor) {
+        problem(path + ": items overlap at " + std::to_string(item->offset));
+        continue;
+      }
+      // Padding between items must be zero: every byte is covered.
+      for (uint64_t at = cursor, end = std::min(item->offset, size); at < end;) {
+        uint64_t count = std::min(kBlock, end - at);
+        if (Status status = source.read(at, block.data(), count); !status)
+          return status;
+        auto nonZero = std::find_if(block.begin(), block.begin() + count, [](char c) { return c; });
+        if (nonZero != block.begin() + count) {
+          problem(path + ": non-zero byte at " + std::to_string(at + (nonZero - block.begin())) +
+                  " in the padding before " + printable(item->key));
+          break;
+        }
+        at += count;
+      }
+      if (!inBounds(item->offset, item->length, size)) {
+        problem(path + ": truncated: item " + printable(item->key) + " at " +
+                std::to_string(item->offset) + " (" + std::to_string(item->length) +
+                " bytes) lies past the end of the file (" + std::to_string(size) + " bytes)");
+        cursor = size;
+        continue;
+      }
+      Result<uint64_t> digest = hashRange(source, item->offset, item->length, block);
+      if (!digest)
+        return digest.failure();
+      if (*digest != item->xxh3)
+        problem(path + ": checksum mismatch in item " + printable(item->key) + " at " +
+                std::to_string(item->offset));
+      cursor = item->offset + item->length;
+    }
+    if (cursor < size)
+      problem(path + ": " + std::to_string(size - cursor) +
+              " unexpected bytes after the last item");
+  }
+  return Status::success();
+}
+
+Status CheckpointReader::verifyCrcs(std::string &report, size_t &problems) {
+  for (const auto &[index, info] : metadata_.storageData) {
+    std::string where = pathOf(info.relativePath) + ": item " + printable(index.fqn);
+    Result<const zip::ByteSource *> opened = file(info.relativePath);
+    if (!opened) {
+      report += opened.error() + "\n";
+      ++problems;
+      continue;
+    }
+    if (Status status = checkBounds(index.fqn, info.relativePath, info.offset, info.length,
+                                    (*opened)->size());
+        !status) {
+      report += status.error() + "\n";
+      ++problems;
+      continue;
+    }
+    zip::SliceSource slice(**opened, info.offset, info.length);
+    Result<std::vector<zip::Entry>> entries = zip::readDirectory(slice);
+    if (!entries) {
+      report += where + ": " + printable(entries.error()) + "\n";
+      ++problems;
+      continue;
+    }
+    for (const zip::Entry &entry : *entries)
+      if (Status status = zip::verifyEntryCrc(slice, entry); !status) {
+        report += where + ": " + printable(status.error()) + "\n";
+        ++problems;
+      }
+  }
+  return Status::success();
+}
+
+Status CheckpointReader::verifyAll(std::string &report) {
+  size_t problems = 0;
+  Status walked = hasIndex_ ? verifyIndexed(report, problems) : verifyCrcs(report, problems);
+  if (!walked)
+    return walked;
+  // Every tensor item's header against what `.metadata` says of it.
+  for (const auto &[key, saved] : metadata_.stateDictMetadata) {
+    if (saved.isBytes)
+      continue;
+    for (const dcp::ChunkMetadata &chunk : saved.chunks)
+      if (Result<TensorItem *> item = tensorItem(key, chunk); !item) {
+        report += item.error() + "\n";
+        ++problems;
+      }
+  }
+  if (problems)
+    return corrupt(std::to_string(problems) + " problem" + (problems == 1 ? "" : "s") +
+                   " found in " + printable(dir_));
+  return Status::success();
+}
+
+} // namespace runtime
+} // namespace fsdp
