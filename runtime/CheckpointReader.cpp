@@ -1,6 +1,7 @@
 //===- CheckpointReader.cpp - The one reader of a checkpoint directory ----===//
 #include "fsdp/Runtime/CheckpointReader.h"
 #include "fsdp/Format/Pickle.h"
+#include "fsdp/Layout/Overlap.h"
 #include "fsdp/Support/Printable.h"
 #include "RuntimeSupport.h"
 
@@ -28,8 +29,10 @@ bool inBounds(uint64_t offset, uint64_t length, uint64_t size) {
   return offset <= size && length <= size - offset;
 }
 
-/// A whole small file, its size checked against the real one first.
-Result<std::string> readSmallFile(Storage &storage, const std::string &path) {
+/// A whole file, its size taken from the file itself. When it does not fit
+/// in memory, a pickle is told apart from a pickle followed by gigabytes of
+/// something else (a sparse file, say) by parsing its first 64 MiB.
+Result<std::string> readWholeFile(Storage &storage, const std::string &path, bool isPickle) {
   Result<std::unique_ptr<zip::ByteSource>> file = storage.openRead(path);
   if (!file)
     return file.failure();
@@ -37,6 +40,12 @@ Result<std::string> readSmallFile(Storage &storage, const std::string &path) {
   try {
     bytes.resize((*file)->size());
   } catch (const std::bad_alloc &) {
+    std::string prefix(std::min<uint64_t>((*file)->size(), 64u << 20), '\0');
+    if (isPickle && (*file)->read(0, prefix.data(), prefix.size()))
+      if (Result<pickle::Document> document = pickle::read(prefix))
+        return corrupt(printable(path) + ": the pickle ends at " +
+                       std::to_string(document->end()) + " but the file has " +
+                       std::to_string((*file)->size()) + " bytes (PyTorch writes none after it)");
     return makeError(printable(path) + ": " + std::to_string((*file)->size()) +
                          " bytes do not fit in memory",
                      ErrorKind::IO, ENOMEM);
@@ -95,7 +104,7 @@ Result<std::unique_ptr<CheckpointReader>> CheckpointReader::open(const std::stri
 
 Status CheckpointReader::readMetadataAndIndex() {
   std::string metadataPath = dir_ + "/.metadata";
-  Result<std::string> bytes = readSmallFile(storage_, metadataPath);
+  Result<std::string> bytes = readWholeFile(storage_, metadataPath, /*isPickle=*/true);
   if (!bytes) {
     if (bytes.kind() == ErrorKind::NotFound)
       return propagate(bytes, printable(bytes.error()) +
@@ -125,7 +134,7 @@ Status CheckpointReader::readMetadataAndIndex() {
   std::string indexPath = dir_ + "/" + integrity::kIndexFileName;
   if (!storage_.exists(indexPath))
     return Status::success();
-  Result<std::string> indexBytes = readSmallFile(storage_, indexPath);
+  Result<std::string> indexBytes = readWholeFile(storage_, indexPath, /*isPickle=*/false);
   if (!indexBytes)
     return propagate(indexBytes, printable(indexBytes.error()));
   Result<integrity::IntegrityIndex> index = integrity::parseIndex(*indexBytes);
@@ -523,6 +532,45 @@ Status CheckpointReader::verifyAll(std::string &report) {
         report += item.error() + "\n";
         ++problems;
       }
+  }
+  // Chunks tile each tensor exactly once (DCP writes no overlaps).
+  for (const auto &[key, saved] : metadata_.stateDictMetadata) {
+    if (saved.isBytes)
+      continue;
+    std::vector<layout::Box> boxes;
+    for (const dcp::ChunkMetadata &chunk : saved.chunks)
+      boxes.push_back({chunk.offsets, chunk.sizes});
+    auto rowBegin = [](const layout::Box &box) { return box.offsets.empty() ? 0 : box.offsets[0]; };
+    auto rowEnd = [](const layout::Box &box) {
+      return box.offsets.empty() ? 1 : box.offsets[0] + box.sizes[0];
+    };
+    std::sort(boxes.begin(), boxes.end(),
+              [&](const auto &a, const auto &b) { return rowBegin(a) < rowBegin(b); });
+    std::vector<const layout::Box *> active;
+    const layout::Box *first = nullptr, *second = nullptr;
+    for (const layout::Box &box : boxes) {
+      active.erase(std::remove_if(active.begin(), active.end(),
+                                  [&](const layout::Box *earlier) {
+                                    return rowEnd(*earlier) <= rowBegin(box);
+                                  }),
+                   active.end());
+      for (const layout::Box *earlier : active)
+        if (!first && layout::intersect(*earlier, box)) {
+          first = earlier;
+          second = &box;
+        }
+      active.push_back(&box);
+    }
+    if (first) {
+      report += pathOf(".metadata") + ": " + printable(key) + ": the chunks at " +
+                dimsText(first->offsets) + " and " + dimsText(second->offsets) + " overlap\n";
+      ++problems;
+    }
+    if (!layout::covers(boxes, layout::Box{dcp::Dims(saved.size.size(), 0), saved.size})) {
+      report += pathOf(".metadata") + ": " + printable(key) +
+                ": the chunks do not cover the whole tensor\n";
+      ++problems;
+    }
   }
   if (problems)
     return corrupt(std::to_string(problems) + " problem" + (problems == 1 ? "" : "s") +

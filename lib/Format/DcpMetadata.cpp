@@ -902,6 +902,10 @@ Result<Metadata> parseMetadata(std::string_view bytes) {
   auto doc = pickle::read(bytes);
   if (!doc)
     return propagate(doc, "dcp metadata: " + doc.error());
+  if (doc->end() != bytes.size())
+    return corruptMetadata("dcp metadata: " + std::to_string(bytes.size() - doc->end()) +
+                           " bytes after the pickle's end at " + std::to_string(doc->end()) +
+                           " (PyTorch writes none)");
   // Output a few times the input: a real `.metadata` converts to about its
   // own size; a hostile one with memo-shared values is refused.
   return metadataFromPickle(*doc->root(), 16 * static_cast<uint64_t>(bytes.size()) + (64u << 20));

@@ -220,7 +220,7 @@ Result<Document> Reader::run() {
     if (!options_.allowGlobal || !options_.allowGlobal(module, name))
       return makeError("pickle: global '" + module + "." + name + "' is not allowed at offset " +
                            std::to_string(opStart_),
-                       ErrorKind::Incompatible);
+                       ErrorKind::Corrupt);
     stack_.push_back(doc_.makeGlobal(std::move(module), std::move(name)));
     return Status::success();
   };
@@ -311,10 +311,17 @@ Result<Document> Reader::run() {
         return fail("unsupported protocol " +
                     std::to_string(static_cast<uint8_t>(*p)));
       break;
-    case FRAME: // Only a read-ahead hint; opcodes are checked one by one.
+    case FRAME: { // A read-ahead hint; opcodes are checked one by one.
       if (!take(8, p))
         return truncated("FRAME");
+      uint64_t length = 0;
+      for (int i = 7; i >= 0; --i)
+        length = (length << 8) | static_cast<uint8_t>(p[i]);
+      // As CPython's unpickler: a frame never runs past the input.
+      if (length > in_.size() - pos_)
+        return fail("FRAME of " + std::to_string(length) + " bytes runs past the end of the input");
       break;
+    }
     case STOP:
       if (!marks_.empty())
         return fail("STOP inside an open MARK");
@@ -322,6 +329,7 @@ Result<Document> Reader::run() {
         return fail("STOP with " + std::to_string(stack_.size()) +
                     " values on the stack (expected 1)");
       doc_.setRoot(stack_.back());
+      doc_.setEnd(pos_);
       return std::move(doc_);
     case MARK:
       marks_.push_back(stack_.size());

@@ -104,6 +104,10 @@ public:
 
   const Value *root() const { return root_; }
   void setRoot(Value *root) { root_ = root; }
+  /// The offset just past the STOP opcode: where the pickle ends (a reader
+  /// decides what bytes after it mean).
+  size_t end() const { return end_; }
+  void setEnd(size_t end) { end_ = end; }
   size_t nodeCount() const { return arena_->count; }
 
 private:
@@ -116,6 +120,7 @@ private:
   };
   std::unique_ptr<Arena> arena_;
   Value *root_ = nullptr;
+  size_t end_ = 0;
 };
 
 //===----------------------------------------------------------------------===//
