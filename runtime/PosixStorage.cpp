@@ -3,7 +3,9 @@
 #include "fsdp/Runtime/Storage.h"
 
 #include <cerrno>
+#include <chrono>
 #include <csignal>
+#include <thread>
 #include <climits>
 #include <cstring>
 #include <dirent.h>
@@ -220,19 +222,30 @@ public:
   }
 };
 
+/// True when this call is the one the fault names; a pause sleeps here and
+/// lets the call through.
+bool fires(const Fault &fault, Fault::Op op, int &count) {
+  if (fault.op != op || ++count != fault.nth)
+    return false;
+  if (fault.error != Fault::kPause)
+    return true;
+  std::this_thread::sleep_for(std::chrono::seconds(Fault::kPauseSeconds));
+  return false;
+}
+
 class FaultyFile : public WritableFile {
 public:
   FaultyFile(std::unique_ptr<WritableFile> base, Fault fault, int &writes, int &syncs)
       : base_(std::move(base)), fault_(fault), writes_(writes), syncs_(syncs) {}
   const std::string &path() const override { return base_->path(); }
   Status writeAt(uint64_t offset, const std::vector<ByteSpan> &spans) override {
-    if (fault_.op == Fault::Op::Write && ++writes_ == fault_.nth)
+    if (fires(fault_, Fault::Op::Write, writes_))
       return errnoError(path(), "write at " + std::to_string(offset) + " failed (injected)",
                         fault_.error);
     return base_->writeAt(offset, spans);
   }
   Status sync() override {
-    if (fault_.op == Fault::Op::Sync && ++syncs_ == fault_.nth)
+    if (fires(fault_, Fault::Op::Sync, syncs_))
       return errnoError(path(), "fsync failed (injected)", fault_.error);
     return base_->sync();
   }
@@ -250,7 +263,7 @@ public:
   FaultInjectingStorage(std::unique_ptr<Storage> base, Fault fault)
       : base_(std::move(base)), fault_(fault) {}
   Result<std::unique_ptr<WritableFile>> create(const std::string &path) override {
-    if (fault_.op == Fault::Op::Create && ++creates_ == fault_.nth)
+    if (fires(fault_, Fault::Op::Create, creates_))
       return errnoError(path, "cannot create (injected)", fault_.error);
     Result<std::unique_ptr<WritableFile>> file = base_->create(path);
     if (!file)
@@ -269,12 +282,12 @@ public:
   Status makeDir(const std::string &path) override { return base_->makeDir(path); }
   Status removeTree(const std::string &path) override { return base_->removeTree(path); }
   Status rename(const std::string &from, const std::string &to) override {
-    if (fault_.op == Fault::Op::Rename && ++renames_ == fault_.nth)
+    if (fires(fault_, Fault::Op::Rename, renames_))
       return errnoError(from, "cannot rename to " + to + " (injected)", fault_.error);
     return base_->rename(from, to);
   }
   Status exchange(const std::string &a, const std::string &b) override {
-    if (fault_.op == Fault::Op::Rename && ++renames_ == fault_.nth)
+    if (fires(fault_, Fault::Op::Rename, renames_))
       return errnoError(a, "cannot exchange with " + b + " (injected)", fault_.error);
     return base_->exchange(a, b);
   }
@@ -325,9 +338,11 @@ Result<Fault> parseFault(const std::string &text) {
     fault.error = EACCES;
   else if (error == "KILL")
     fault.error = Fault::kKillProcess;
+  else if (error == "PAUSE")
+    fault.error = Fault::kPause;
   else
     return makeError("fault '" + text + "': unknown errno '" + error +
-                     "' (EIO, ENOSPC, EACCES, or KILL)");
+                     "' (EIO, ENOSPC, EACCES, KILL or PAUSE)");
   return fault;
 }
 

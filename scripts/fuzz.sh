@@ -18,13 +18,13 @@ cmake -G Ninja -S "$ROOT" -B "$BUILD" \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_COMPILER="$CXX" -DCMAKE_C_COMPILER="$CC" \
   -DFSDP_BUILD_COMPILER=OFF -DFSDP_BUILD_TESTS=OFF -DFSDP_BUILD_FUZZERS=ON >/dev/null
-ninja -C "$BUILD" FuzzPickle FuzzZip FuzzPlan MakePlanSeed
+ninja -C "$BUILD" FuzzPickle FuzzZip FuzzPlan FuzzCheckpoint MakePlanSeed
 
 # Seeds: .metadata and every item's data.pkl for the unpickler; every item
 # (its byte range of a data file) and whole data files for the zip reader.
 SEEDS="$BUILD/fuzz/seeds"
 rm -rf "$SEEDS"
-mkdir -p "$SEEDS/pickle" "$SEEDS/zip" "$SEEDS/plan"
+mkdir -p "$SEEDS/pickle" "$SEEDS/zip" "$SEEDS/plan" "$SEEDS/checkpoint"
 "$BUILD/fuzz/MakePlanSeed" "$SEEDS/plan/worked-example.fsdpplan"
 python3 - "$FIXTURE" "$SEEDS" <<'PY'
 import io, os, sys, zipfile
@@ -49,19 +49,44 @@ for name in sorted(os.listdir(fixture)):
         n, start = n + 1, end + 22
 print(f"fuzz.sh: {n} items seeded")
 PY
+# Whole directories (FuzzCheckpoint's layout: u32 metadata length, u32 index
+# length or 0xFFFFFFFF, metadata, index, __0_0.distcp): each PyTorch
+# version's fixture, and one checkpoint of ours with its index.
+OURS="$BUILD/fuzz/seed-ours"
+rm -rf "$OURS" "$OURS.plan"
+if [[ -x "$ROOT/build/bin/fsdp-ckpt" && -x "$ROOT/build/bin/fsdp-translate" ]]; then
+  "$ROOT/build/bin/fsdp-translate" --import-model-json "$ROOT/examples/worked-example.json" --mesh dp=1 |
+    "$ROOT/build/bin/fsdp-opt" --fsdp-lower-fully-shard |
+    "$ROOT/build/bin/fsdp-translate" --emit-checkpoint-plan -o "$OURS.plan"
+  "$ROOT/build/bin/fsdp-ckpt" save --plan "$OURS.plan" --dir "$OURS" --fill 1 >/dev/null
+fi
+python3 - "$SEEDS/checkpoint" "$OURS" "$ROOT"/test/Inputs/torch-*/checkpoint <<'PY'
+import os, struct, sys
+out, dirs = sys.argv[1], sys.argv[2:]
+for n, d in enumerate(dirs):
+    if not os.path.isdir(d):
+        continue
+    read = lambda name: open(os.path.join(d, name), "rb").read()
+    index = read(".fsdp-index") if os.path.exists(os.path.join(d, ".fsdp-index")) else None
+    metadata = read(".metadata")
+    head = struct.pack("<II", len(metadata), 0xFFFFFFFF if index is None else len(index))
+    open(os.path.join(out, f"dir{n}"), "wb").write(
+        head + metadata + (index or b"") + read("__0_0.distcp"))
+PY
 
 status=0
 RESULTS="$BUILD/fuzz/results.txt"
 : > "$RESULTS"
-for fuzzer in FuzzPickle FuzzZip FuzzPlan; do
+for fuzzer in FuzzPickle FuzzZip FuzzPlan FuzzCheckpoint; do
   seeds="$SEEDS/pickle"
+  [[ $fuzzer == FuzzCheckpoint ]] && seeds="$SEEDS/checkpoint"
   [[ $fuzzer == FuzzZip ]] && seeds="$SEEDS/zip"
   [[ $fuzzer == FuzzPlan ]] && seeds="$SEEDS/plan"
   corpus="$BUILD/fuzz/corpus-$fuzzer"
   mkdir -p "$corpus"
   echo "fuzz.sh: running $fuzzer for ${SECONDS_EACH}s"
   if ! (cd "$BUILD/fuzz" && "./$fuzzer" -max_total_time="$SECONDS_EACH" -timeout=10 \
-          -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 "$corpus" "$seeds" \
+          -rss_limit_mb=2048 -max_len=262144 -print_final_stats=1 "$corpus" "$seeds" \
           > "$fuzzer.log" 2>&1); then
     echo "fuzz.sh: $fuzzer FAILED (see $BUILD/fuzz/$fuzzer.log)"
     tail -40 "$BUILD/fuzz/$fuzzer.log"

@@ -183,7 +183,7 @@ int run(int argc, char **argv) {
   save->add_option("--step", step, "Optimizer step count to store");
   save->add_flag("--overwrite", overwrite, "Replace an existing checkpoint atomically");
   save->add_option("--inject-fault", fault,
-                   "Testing: OP:N:ERRNO|KILL, e.g. write:3:EIO or sync:2:KILL");
+                   "Testing: OP:N:ERRNO|KILL|PAUSE, e.g. write:3:EIO, sync:2:KILL or write:1:PAUSE");
   save->add_option("--inject-fault-rank", faultRank, "Testing: the one rank to inject into");
 
   CLI::App *load = app.add_subcommand("load", "Load a checkpoint into the plan's layout");

@@ -74,8 +74,12 @@ std::unique_ptr<Storage> createPosixStorage();
 /// Fails the `nth` (1-based) call of one operation with `error` (an errno
 /// value), then behaves normally: what the EIO/ENOSPC tests use. With
 /// kKillProcess the process SIGKILLs itself there instead: the crash tests.
+/// With kPause it sleeps kPauseSeconds there and goes on: the tests of two
+/// saves at once.
 struct Fault {
   static constexpr int kKillProcess = -1;
+  static constexpr int kPause = -2;
+  static constexpr int kPauseSeconds = 4;
   enum class Op { Write, Sync, Create, Rename } op = Op::Write;
   int nth = 1;
   int error = 5; // EIO
@@ -83,7 +87,7 @@ struct Fault {
 std::unique_ptr<Storage> createFaultInjectingStorage(std::unique_ptr<Storage> base, Fault fault);
 
 /// Parses "write:3:EIO", "sync:1:ENOSPC", "create:2:EACCES", "rename:1:EIO",
-/// "write:5:KILL".
+/// "write:5:KILL", "write:1:PAUSE".
 Result<Fault> parseFault(const std::string &text);
 
 } // namespace runtime
