@@ -24,6 +24,14 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
+# Python packages the tests use: xxhash (the hostile-checkpoint suite
+# re-signs integrity indexes with xxh3-64).
+if ! python3 -c "import xxhash" 2>/dev/null; then
+  echo "setup: installing the Python package xxhash"
+  python3 -m pip install -q xxhash 2>/dev/null ||
+    python3 -m pip install -q --break-system-packages xxhash
+fi
+
 if [[ ! -f "$BUILD/build.ninja" ]]; then
   cmake -G Ninja -S "$ROOT" -B "$BUILD" \
     -DCMAKE_BUILD_TYPE=Release \
