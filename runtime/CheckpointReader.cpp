@@ -58,7 +58,7 @@ Result<std::string> readWholeFile(Storage &storage, const std::string &path, boo
 /// xxh3 of [offset, offset + length) of `source`, read in blocks.
 Result<uint64_t> hashRange(const zip::ByteSource &source, uint64_t offset, uint64_t length,
                            std::string &block) {
-  block.resize(kBlock);
+  block.resize(std::max<uint64_t>(block.size(), std::min(kBlock, length)));
   integrity::StreamingXxh3 hash;
   for (uint64_t at = 0; at < length; at += kBlock) {
     uint64_t count = std::min(kBlock, length - at);
@@ -434,7 +434,7 @@ Status CheckpointReader::verifyIndexed(std::string &report, size_t &problems) {
   std::map<std::string, std::vector<const integrity::ItemChecksum *>> byFile;
   for (const integrity::ItemChecksum &item : index_.items)
     byFile[item.file].push_back(&item);
-  std::string block(kBlock, '\0');
+  std::string block;
   for (auto &[name, items] : byFile) {
     std::string path = pathOf(name);
     Result<const zip::ByteSource *> opened = file(name);
@@ -454,6 +454,7 @@ Status CheckpointReader::verifyIndexed(std::string &report, size_t &problems) {
       // Padding between items must be zero: every byte is covered.
       for (uint64_t at = cursor, end = std::min(item->offset, size); at < end;) {
         uint64_t count = std::min(kBlock, end - at);
+        block.resize(std::max<uint64_t>(block.size(), count));
         if (Status status = source.read(at, block.data(), count); !status)
           return status;
         auto nonZero = std::find_if(block.begin(), block.begin() + count, [](char c) { return c; });
