@@ -319,7 +319,8 @@ Result<Document> Reader::run() {
         length = (length << 8) | static_cast<uint8_t>(p[i]);
       // As CPython's unpickler: a frame never runs past the input.
       if (length > in_.size() - pos_)
-        return fail("FRAME of " + std::to_string(length) + " bytes runs past the end of the input");
+        return fail("truncated input: a FRAME of " + std::to_string(length) +
+                    " bytes runs past the end");
       break;
     }
     case STOP:

@@ -309,14 +309,20 @@ Result<PlanFile> PlanFile::fromBytes(std::string bytes, std::string name) {
 }
 
 Result<PlanFile> PlanFile::open(const std::string &path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Never block on a FIFO; only a regular file is a plan.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0)
-    return makeError(path + ": cannot open plan: " + std::strerror(errno));
+    return makeError(path + ": cannot open plan: " + std::strerror(errno),
+                     errno == ENOENT ? ErrorKind::NotFound : ErrorKind::IO, errno);
   struct stat info;
   if (fstat(fd, &info) != 0) {
     int error = errno;
     ::close(fd);
-    return makeError(path + ": cannot stat plan: " + std::strerror(error));
+    return makeError(path + ": cannot stat plan: " + std::strerror(error), ErrorKind::IO, error);
+  }
+  if (!S_ISREG(info.st_mode)) {
+    ::close(fd);
+    return makeError(path + ": the plan is not a regular file", ErrorKind::InvalidArgument);
   }
   auto bytes = std::make_shared<MappedBytes>();
   if (info.st_size > 0) {
@@ -330,7 +336,10 @@ Result<PlanFile> PlanFile::open(const std::string &path) {
     bytes->size = static_cast<size_t>(info.st_size);
   }
   ::close(fd);
-  return verified(std::move(bytes), path);
+  Result<PlanFile> plan = verified(std::move(bytes), path);
+  if (!plan)
+    return classify(plan, plan.error(), ErrorKind::Corrupt);
+  return plan;
 }
 
 uint32_t PlanFile::version() const { return root(*bytes_)->version(); }

@@ -59,8 +59,9 @@ Result<plan::RankPlan> rankPlanFor(const plan::PlanFile &file, Communicator &com
   if (file.worldSize() != comm.size())
     return makeError(file.name() + ": the plan is for " + std::to_string(file.worldSize()) +
                      " ranks but " + std::to_string(comm.size()) +
-                     " are running (start one process per rank with mpirun -np " +
-                     std::to_string(file.worldSize()) + ")");
+                         " are running (start one process per rank with mpirun -np " +
+                         std::to_string(file.worldSize()) + ")",
+                     ErrorKind::InvalidArgument);
   return file.rank(comm.rank());
 }
 
