@@ -1,19 +1,25 @@
 //===- Checkpoint.h - Execute save and load plans --------------*- C++ -*-===//
 //
-// save: every rank writes its planned items into a staging directory beside
-// the target (zip headers as planned, data straight from its buffers, CRC32
-// and xxh3 computed while the bytes stream), fsyncs, and all ranks agree on
-// success; only then the committing rank writes the integrity index and
-// `.metadata` (tmp, fsync, rename) and renames the staging directory into
-// place (atomically exchanging it with an existing checkpoint when asked to
-// overwrite). Any failure: nothing committed, the error reported on every
-// rank, the staging directory removed.
+// save: the committing rank first claims the target (an flock on
+// `<target>.fsdp-lock`, held through the commit; a second save fails at once
+// with a busy error) and prepares a staging directory beside the target,
+// marked uncommitted; all ranks agree before anyone writes. Every rank then
+// writes its planned items into it (zip headers as planned, data straight
+// from its buffers, CRC32 and xxh3 computed while the bytes stream), fsyncs,
+// and all ranks agree on success; only then the committing rank writes the
+// integrity index and `.metadata` (tmp, fsync, rename), removes the marker
+// and renames the staging directory into place (atomically exchanging it
+// with an existing checkpoint when asked to overwrite). Any failure: nothing
+// committed, the error (with its kind) reported on every rank, the staging
+// directory removed.
 //
-// load: reads `.metadata` (ours or PyTorch's, through the restricted
-// unpickler), and for every piece of this rank's layout reads the bytes of
-// each overlapping saved chunk (one contiguous range per row-range overlap),
-// verifying item checksums where `.fsdp-index` has them, then refreshes
-// model_weight from main_weight. Errors name the file and key.
+// load: opens the checkpoint through CheckpointReader (ours or PyTorch's),
+// and for every piece of this rank's layout reads the bytes of each
+// overlapping saved chunk (one contiguous range per row-range overlap),
+// checking each item the first time it is read (its xxh3 in `.fsdp-index`,
+// or its zip CRC when there is no index) and that saved chunks overlapping
+// each other agree, then refreshes model_weight from main_weight. Errors
+// name the file and key.
 //
 //===----------------------------------------------------------------------===//
 #ifndef FSDP_RUNTIME_CHECKPOINT_H
@@ -91,8 +97,9 @@ Status checkAgainstSeed(const plan::RankPlan &plan, const RankBuffers &buffers, 
 /// Checks every byte of a checkpoint of ours against its integrity index
 /// (items, alignment padding, `.metadata`, the index itself) and that every
 /// file `.metadata` names exists; for a PyTorch checkpoint (no index), checks
-/// the zip CRCs of every item. One line per problem in `report`; fails when
-/// any problem was found.
+/// the zip CRCs of every item. Also every tensor item's header against
+/// `.metadata`, and that each tensor's chunks tile it without overlap. One
+/// line per problem in `report`; fails when any problem was found.
 Status verifyCheckpoint(const std::string &dir, Storage &storage, std::string &report);
 
 } // namespace runtime
