@@ -42,7 +42,21 @@ roundtrip() {
   done
   "${MPIRUN[@]}" -np 4 "$BUILD/bin/fsdp-ckpt" save --plan "$WORK/plan4" --dir "$WORK/ckpt" --fill 5 &&
     "$BUILD/bin/fsdp-ckpt" verify "$WORK/ckpt" &&
-    "${MPIRUN[@]}" -np 2 "$BUILD/bin/fsdp-ckpt" load --plan "$WORK/plan2" --dir "$WORK/ckpt" --check 5
+    "${MPIRUN[@]}" -np 2 "$BUILD/bin/fsdp-ckpt" load --plan "$WORK/plan2" --dir "$WORK/ckpt" --check 5 ||
+    return 1
+  # The reader on what PyTorch wrote (no index: zip CRCs), oldest and newest.
+  local fixture
+  for fixture in "$ROOT"/test/Inputs/torch-2.4.1-ws2 "$ROOT"/test/Inputs/torch-2.15.0-ws2; do
+    "$BUILD/bin/fsdp-ckpt" verify "$fixture/checkpoint" &&
+      "$BUILD/bin/fsdp-ckpt" inspect --json "$fixture/checkpoint" > /dev/null &&
+      "$MAIN_BUILD/bin/fsdp-translate" --import-model-json "$fixture/model.json" --mesh dp=2 |
+      "$MAIN_BUILD/bin/fsdp-opt" --fsdp-lower-fully-shard |
+        "$MAIN_BUILD/bin/fsdp-translate" --emit-checkpoint-plan -o "$WORK/torch-plan" &&
+      rm -rf "$WORK/torch-out" &&
+      "${MPIRUN[@]}" -np 2 "$BUILD/bin/fsdp-ckpt" reshard --plan "$WORK/torch-plan" \
+        --from "$fixture/checkpoint" --to "$WORK/torch-out" --allow-extra &&
+      "$BUILD/bin/fsdp-ckpt" verify "$WORK/torch-out" || return 1
+  done
 }
 if roundtrip > "$RESULTS/roundtrip.log" 2>&1; then
   echo "asan-roundtrip pass" > "$RESULTS/roundtrip.txt"

@@ -5,6 +5,9 @@
 #include "fsdp/Format/Pickle.h"
 
 #include <zlib.h>
+#ifdef FSDP_HAVE_ISAL
+#include <isa-l/crc.h>
+#endif
 
 #include <algorithm>
 #include <cstdio>
@@ -89,6 +92,12 @@ Status readAt(const ByteSource &source, uint64_t offset, void *out, size_t count
 //===----------------------------------------------------------------------===//
 
 uint32_t crc32(const void *data, size_t size, uint32_t crc) {
+#ifdef FSDP_HAVE_ISAL
+  // ISA-L's folding CRC: the same CRC-32 as zlib's (chaining included) at
+  // several times its speed; every item a save writes or a load of a
+  // PyTorch checkpoint reads goes through here.
+  return crc32_gzip_refl(crc, static_cast<const unsigned char *>(data), size);
+#else
   auto *p = static_cast<const Bytef *>(data);
   uLong value = crc;
   while (size > 0) { // zlib takes 32-bit lengths
@@ -98,6 +107,7 @@ uint32_t crc32(const void *data, size_t size, uint32_t crc) {
     size -= n;
   }
   return static_cast<uint32_t>(value);
+#endif
 }
 
 uint32_t crc32Combine(uint32_t crcA, uint32_t crcB, uint64_t sizeB) {

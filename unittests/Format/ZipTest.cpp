@@ -9,6 +9,7 @@
 #include "fsdp/Format/Zip.h"
 
 #include <gtest/gtest.h>
+#include <zlib.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -284,6 +285,23 @@ TEST(ZipCrc, CombineEqualsDirect) {
     EXPECT_EQ(crc32Combine(a, b, data.size() - cut), whole) << cut;
   }
   EXPECT_EQ(crcOfZeros(1000003), crc32(std::string(1000003, '\0').data(), 1000003));
+}
+
+TEST(ZipCrc, KnownValuesAndChaining) {
+  // The standard CRC-32 check value, and zlib's for a byte pattern: the same
+  // values whichever implementation (ISA-L or zlib) is built in.
+  EXPECT_EQ(crc32("123456789", 9), 0xCBF43926u);
+  EXPECT_EQ(crc32("", 0), 0u);
+  std::string pattern(1 << 20, '\0');
+  for (size_t i = 0; i < pattern.size(); ++i)
+    pattern[i] = static_cast<char>(i * 31 + (i >> 8));
+  uint32_t whole = crc32(pattern.data(), pattern.size());
+  uint32_t chained = 0;
+  for (size_t at = 0; at < pattern.size(); at += 4093)
+    chained = crc32(pattern.data() + at, std::min<size_t>(4093, pattern.size() - at), chained);
+  EXPECT_EQ(chained, whole);
+  EXPECT_EQ(whole, static_cast<uint32_t>(::crc32(0, reinterpret_cast<const Bytef *>(pattern.data()),
+                                                 static_cast<uInt>(pattern.size()))));
 }
 
 TEST(ZipReader, EveryTruncationFails) {
