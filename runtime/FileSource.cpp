@@ -94,11 +94,12 @@ Status FileSource::read(uint64_t offset, void *out, size_t count) const {
   while (count > 0) {
     ssize_t got = ::pread(fd_, cursor, count, static_cast<off_t>(offset));
     if (got < 0) {
-      if (errno == EINTR)
+      int error = errno;
+      if (error == EINTR)
         continue;
       return makeError(path_ + ": read failed at " + std::to_string(offset) + ": " +
-                           std::strerror(errno),
-                       ErrorKind::IO, errno);
+                           std::strerror(error),
+                       ErrorKind::IO, error);
     }
     if (got == 0)
       return makeError(path_ + ": unexpected end of file at " + std::to_string(offset) +
