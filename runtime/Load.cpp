@@ -2,6 +2,7 @@
 #include "fsdp/Layout/Overlap.h"
 #include "fsdp/Runtime/Checkpoint.h"
 #include "fsdp/Runtime/CheckpointReader.h"
+#include "fsdp/Runtime/Protocol.h"
 #include "fsdp/Support/Printable.h"
 #include "fsdp/Runtime/Values.h"
 #include "RuntimeSupport.h"
@@ -298,7 +299,7 @@ Result<LoadResult> loadCheckpoint(const plan::RankPlan &plan, RankBuffers &buffe
   }
   if (status && options.syncModelWeights)
     status = refreshModelWeights(plan, buffers);
-  if (Status agreed = agree(comm, status, 0); !agreed)
+  if (Status agreed = agree(comm, status, options.root); !agreed)
     return propagate(agreed, "load from " + printable(trimSlashes(dir)) + " failed: " +
                                  agreed.error());
   uint64_t bytesRead = loader ? loader->bytesRead() : 0;

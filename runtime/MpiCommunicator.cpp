@@ -1,13 +1,12 @@
-//===- MpiCommunicator.cpp - MPI_COMM_WORLD as a Communicator -------------===//
+//===- MpiCommunicator.cpp - MPI communicators ----------------------------===//
 #include "fsdp/Runtime/Communicator.h"
 
 #ifdef FSDP_HAVE_MPI
-// The C API only: the deprecated C++ bindings need their own library.
-#define OMPI_SKIP_MPICXX 1
-#define MPICH_SKIP_MPICXX 1
-#include <mpi.h>
+#include "fsdp/Runtime/MpiCommunicator.h"
 #endif
 
+#include <climits>
+#include <cstdint>
 #include <cstdlib>
 
 namespace fsdp {
@@ -27,23 +26,43 @@ Status mpiCheck(int code, const char *what) {
 
 class MpiCommunicator : public Communicator {
 public:
-  MpiCommunicator() {
+  /// Over `comm`; frees it when destroyed if `owned` (made by split).
+  MpiCommunicator(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {
     int rank = 0, size = 1;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Comm_rank(comm_, &rank);
+    MPI_Comm_size(comm_, &size);
     rank_ = rank;
     size_ = size;
   }
+  ~MpiCommunicator() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (owned_ && !finalized)
+      MPI_Comm_free(&comm_);
+  }
+  Result<std::unique_ptr<Communicator>> split(int64_t color, int64_t key) override {
+    if (color < 0 || color > INT32_MAX || key < INT32_MIN || key > INT32_MAX)
+      return makeError("MPI_Comm_split: color and key must fit an int (color >= 0)",
+                       ErrorKind::InvalidArgument);
+    MPI_Comm child;
+    if (Status s = mpiCheck(MPI_Comm_split(comm_, static_cast<int>(color), static_cast<int>(key),
+                                           &child),
+                            "MPI_Comm_split");
+        !s)
+      return s.failure();
+    MPI_Comm_set_errhandler(child, MPI_ERRORS_RETURN);
+    return std::unique_ptr<Communicator>(new MpiCommunicator(child, /*owned=*/true));
+  }
   int64_t rank() const override { return rank_; }
   int64_t size() const override { return size_; }
-  Status barrier() override { return mpiCheck(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
+  Status barrier() override { return mpiCheck(MPI_Barrier(comm_), "MPI_Barrier"); }
 
   Result<std::vector<std::string>> gather(const std::string &bytes, int64_t root) override {
     // Sizes first (as 64-bit counts), then the bytes in chunks that fit int.
     long long mine = static_cast<long long>(bytes.size());
     std::vector<long long> sizes(rank_ == root ? size_ : 0);
     if (Status s = mpiCheck(MPI_Gather(&mine, 1, MPI_LONG_LONG, sizes.data(), 1, MPI_LONG_LONG,
-                                       static_cast<int>(root), MPI_COMM_WORLD),
+                                       static_cast<int>(root), comm_),
                             "MPI_Gather");
         !s)
       return s.failure();
@@ -62,7 +81,7 @@ public:
     }
     if (Status s = mpiCheck(MPI_Gatherv(bytes.data(), static_cast<int>(mine), MPI_BYTE,
                                         all.data(), counts.data(), displs.data(), MPI_BYTE,
-                                        static_cast<int>(root), MPI_COMM_WORLD),
+                                        static_cast<int>(root), comm_),
                             "MPI_Gatherv");
         !s)
       return s.failure();
@@ -76,13 +95,13 @@ public:
   Result<std::string> broadcast(const std::string &bytes, int64_t root) override {
     long long length = static_cast<long long>(bytes.size());
     if (Status s = mpiCheck(MPI_Bcast(&length, 1, MPI_LONG_LONG, static_cast<int>(root),
-                                      MPI_COMM_WORLD),
+                                      comm_),
                             "MPI_Bcast");
         !s)
       return s.failure();
     std::string out = rank_ == root ? bytes : std::string(static_cast<size_t>(length), '\0');
     if (Status s = mpiCheck(MPI_Bcast(out.data(), static_cast<int>(length), MPI_BYTE,
-                                      static_cast<int>(root), MPI_COMM_WORLD),
+                                      static_cast<int>(root), comm_),
                             "MPI_Bcast");
         !s)
       return s.failure();
@@ -90,6 +109,8 @@ public:
   }
 
 private:
+  MPI_Comm comm_;
+  bool owned_;
   int64_t rank_ = 0, size_ = 1;
 };
 
@@ -112,7 +133,22 @@ Result<std::unique_ptr<Communicator>> createMpiCommunicator(int *argc, char ***a
   }
   // Errors come back as codes we turn into messages, not aborts.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-  return std::unique_ptr<Communicator>(new MpiCommunicator());
+  return std::unique_ptr<Communicator>(new MpiCommunicator(MPI_COMM_WORLD, /*owned=*/false));
+}
+
+Result<std::unique_ptr<Communicator>> wrapMpiCommunicator(MPI_Comm comm) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized || comm == MPI_COMM_NULL)
+    return makeError("wrapMpiCommunicator: MPI is not initialized or the communicator is null",
+                     ErrorKind::InvalidArgument);
+  // The caller's handler stays; a duplicate carries ours (and keeps our
+  // messages off the caller's tags).
+  MPI_Comm own;
+  if (Status s = mpiCheck(MPI_Comm_dup(comm, &own), "MPI_Comm_dup"); !s)
+    return s.failure();
+  MPI_Comm_set_errhandler(own, MPI_ERRORS_RETURN);
+  return std::unique_ptr<Communicator>(new MpiCommunicator(own, /*owned=*/true));
 }
 #else
 Result<std::unique_ptr<Communicator>> createMpiCommunicator(int *, char ***) {

@@ -73,45 +73,5 @@ Status writeFileDurably(Storage &storage, const std::string &dir, const std::str
   return storage.rename(temporary, dir + "/" + name);
 }
 
-// "O" + payload, or "E" + the kind's digit + the message.
-std::string encodeOutcome(const Status &status, const std::string &payload) {
-  if (status)
-    return "O" + payload;
-  return "E" + std::string(1, static_cast<char>('0' + static_cast<int>(status.kind()))) +
-         status.error();
-}
-
-Outcome decodeOutcome(const std::string &bytes) {
-  if (!bytes.empty() && bytes[0] == 'O')
-    return {Status::success(), bytes.substr(1)};
-  if (bytes.size() < 2 || bytes[0] != 'E' || bytes[1] < '0' ||
-      bytes[1] > '0' + static_cast<int>(ErrorKind::Busy))
-    return {makeError("a rank sent no readable answer"), ""};
-  return {makeError(bytes.substr(2), static_cast<ErrorKind>(bytes[1] - '0')), ""};
-}
-
-Status agree(Communicator &comm, const Status &local, int64_t root) {
-  Result<std::vector<std::string>> gathered = comm.gather(encodeOutcome(local), root);
-  if (!gathered)
-    return gathered.failure();
-  std::string verdict = encodeOutcome(Status::success());
-  if (comm.rank() == root)
-    for (size_t r = 0; r < gathered->size(); ++r) {
-      Outcome outcome = decodeOutcome((*gathered)[r]);
-      if (!outcome.status) {
-        verdict = encodeOutcome(
-            comm.size() > 1
-                ? propagate(outcome.status, "rank " + std::to_string(r) + ": " +
-                                                outcome.status.error())
-                : outcome.status);
-        break;
-      }
-    }
-  Result<std::string> decided = comm.broadcast(verdict, root);
-  if (!decided)
-    return decided.failure();
-  return decodeOutcome(*decided).status;
-}
-
 } // namespace runtime
 } // namespace fsdp

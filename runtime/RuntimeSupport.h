@@ -44,17 +44,6 @@ Status refuseStagingDir(const std::string &dir);
 Status writeFileDurably(Storage &storage, const std::string &dir, const std::string &name,
                         const std::string &bytes);
 
-/// A rank's status plus a payload, as one gatherable string.
-struct Outcome {
-  Status status;
-  std::string payload;
-};
-std::string encodeOutcome(const Status &status, const std::string &payload = "");
-Outcome decodeOutcome(const std::string &bytes);
-
-/// Every rank learns the first error of any rank (named by rank), or success.
-Status agree(Communicator &comm, const Status &local, int64_t root);
-
 } // namespace runtime
 } // namespace fsdp
 

@@ -3,6 +3,7 @@
 #include "fsdp/Format/Zip.h"
 #include "fsdp/Runtime/Checkpoint.h"
 #include "fsdp/Runtime/CheckpointReader.h"
+#include "fsdp/Runtime/Protocol.h"
 #include "RuntimeSupport.h"
 
 #include <chrono>
@@ -256,43 +257,29 @@ Result<TransferStats> saveCheckpoint(const plan::PlanFile &planFile, const plan:
   std::vector<integrity::ItemChecksum> checksums;
   Status wrote = writeRankFile(plan, buffers, staging, storage, options, checksums, stats);
 
-  // 3. All agree, the committing rank gathers the checksums and commits.
+  // 3. All agree; the committing rank gathers the checksums and commits.
   integrity::IntegrityIndex mine;
   mine.items = std::move(checksums);
-  Result<std::vector<std::string>> gathered =
-      comm.gather(encodeOutcome(wrote, integrity::serializeIndex(mine)), root);
-  if (!gathered)
-    return gathered.failure();
-  std::string verdict;
-  if (comm.rank() == root) {
+  auto commitAll = [&](const std::vector<std::string> &payloads) -> Status {
     std::vector<integrity::ItemChecksum> all;
-    Status everyone = Status::success();
-    for (size_t r = 0; r < gathered->size() && everyone; ++r) {
-      Outcome outcome = decodeOutcome((*gathered)[r]);
-      if (!outcome.status) {
-        everyone = propagate(outcome.status, "rank " + std::to_string(r) + ": " +
-                                                 outcome.status.error());
-        break;
-      }
-      Result<integrity::IntegrityIndex> part = integrity::parseIndex(outcome.payload);
-      if (!part) {
-        everyone = makeError("rank " + std::to_string(r) + " sent corrupt checksums: " + part.error());
-        break;
-      }
+    for (size_t r = 0; r < payloads.size(); ++r) {
+      Result<integrity::IntegrityIndex> part = integrity::parseIndex(payloads[r]);
+      if (!part)
+        return makeError("rank " + std::to_string(r) + " sent corrupt checksums: " + part.error());
       all.insert(all.end(), part->items.begin(), part->items.end());
     }
-    if (everyone)
-      everyone = commit(planFile, staging, target, targetExists, storage, options, all);
-    if (!everyone)
+    return commit(planFile, staging, target, targetExists, storage, options, all);
+  };
+  Status committed =
+      agreeThenDecide(comm, wrote, integrity::serializeIndex(mine), root, commitAll);
+  if (comm.rank() == root) {
+    if (!committed)
       (void)storage.removeTree(staging); // nothing committed; the target is untouched
-    verdict = encodeOutcome(everyone);
-    claim.reset(); // committed (or cleaned up): the next save may start
+    claim.reset();                       // the next save may start
   }
-  Result<std::string> decided = comm.broadcast(verdict, root);
-  if (!decided)
-    return decided.failure();
-  if (Status status = decodeOutcome(*decided).status; !status)
-    return propagate(status, "save to " + target + " failed, nothing committed: " + status.error());
+  if (!committed)
+    return propagate(committed, "save to " + target + " failed, nothing committed: " +
+                                    committed.error());
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return stats;
 }

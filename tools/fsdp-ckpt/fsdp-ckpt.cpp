@@ -7,6 +7,8 @@
 #include "fsdp/Plan/PlanFile.h"
 #include "fsdp/Runtime/Checkpoint.h"
 #include "fsdp/Runtime/CheckpointReader.h"
+#include "fsdp/Runtime/Checkpointer.h"
+#include "fsdp/Runtime/Protocol.h"
 #include "fsdp/Runtime/Inspect.h"
 #include "fsdp/Support/Printable.h"
 
@@ -21,48 +23,23 @@ using namespace fsdp::runtime;
 
 namespace {
 
-struct Context {
-  std::unique_ptr<Communicator> comm;
-  std::unique_ptr<Storage> storage;
-};
-
-Result<Context> makeContext(int *argc, char ***argv, const std::string &fault,
-                            int64_t faultRank) {
-  Context context;
-  if (launchedByMpi()) {
-    Result<std::unique_ptr<Communicator>> comm = createMpiCommunicator(argc, argv);
-    if (!comm)
-      return comm.failure();
-    context.comm = comm.take();
-  } else {
-    context.comm = createSingleProcessCommunicator();
-  }
-  context.storage = createPosixStorage();
-  if (!fault.empty() && (faultRank < 0 || faultRank == context.comm->rank())) {
-    Result<Fault> parsed = parseFault(fault);
-    if (!parsed)
-      return parsed.failure();
-    context.storage = createFaultInjectingStorage(std::move(context.storage), *parsed);
-  }
-  return context;
+/// MPI_COMM_WORLD under an MPI launcher, else a world of one.
+Result<std::unique_ptr<Communicator>> makeCommunicator(int *argc, char ***argv) {
+  if (launchedByMpi())
+    return createMpiCommunicator(argc, argv);
+  return createSingleProcessCommunicator();
 }
 
-/// A plan file, or a directory of per-rank plan files (--plan-split-dir).
-Result<plan::PlanFile> openPlan(const std::string &path, int64_t rank) {
-  struct stat info;
-  if (::stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode))
-    return plan::PlanFile::open(path + "/" + plan::planFileName(rank));
-  return plan::PlanFile::open(path);
-}
-
-Result<plan::RankPlan> rankPlanFor(const plan::PlanFile &file, Communicator &comm) {
-  if (file.worldSize() != comm.size())
-    return makeError(file.name() + ": the plan is for " + std::to_string(file.worldSize()) +
-                     " ranks but " + std::to_string(comm.size()) +
-                         " are running (start one process per rank with mpirun -np " +
-                         std::to_string(file.worldSize()) + ")",
-                     ErrorKind::InvalidArgument);
-  return file.rank(comm.rank());
+/// POSIX storage, with a fault injected for the tests when asked.
+Result<std::unique_ptr<Storage>> makeStorage(const std::string &fault, int64_t faultRank,
+                                             int64_t rank) {
+  std::unique_ptr<Storage> storage = createPosixStorage();
+  if (fault.empty() || (faultRank >= 0 && faultRank != rank))
+    return storage;
+  Result<Fault> parsed = parseFault(fault);
+  if (!parsed)
+    return propagate(parsed, parsed.error());
+  return createFaultInjectingStorage(std::move(storage), *parsed);
 }
 
 std::string gigabytes(double bytes) {
@@ -71,37 +48,39 @@ std::string gigabytes(double bytes) {
   return text;
 }
 
-std::function<void(const Progress &)> progressPrinter(const char *what, Communicator &comm) {
-  if (comm.rank() != 0)
+std::function<void(const Progress &)> progressPrinter(const char *what, bool speaks) {
+  if (!speaks)
     return {};
   return [what](const Progress &progress) {
     // Only long runs get progress lines.
     if (progress.seconds < 2.0 && progress.bytesTotal < (256u << 20))
       return;
-    std::fprintf(stderr, "%s: rank 0 %s / %s, %.2f GB/s\n", what,
+    std::fprintf(stderr, "%s: %s / %s, %.2f GB/s\n", what,
                  gigabytes(progress.bytesDone).c_str(), gigabytes(progress.bytesTotal).c_str(),
                  progress.seconds > 0 ? progress.bytesDone / progress.seconds / 1e9 : 0.0);
   };
 }
 
-/// Total bytes over all ranks and the slowest rank's time, on rank 0.
-std::pair<uint64_t, double> aggregate(Communicator &comm, const TransferStats &stats) {
-  char line[64];
-  std::snprintf(line, sizeof(line), "%llu %.9f", static_cast<unsigned long long>(stats.bytes),
-                stats.seconds);
-  Result<std::vector<std::string>> all = comm.gather(line, 0);
+/// "<total> <preposition> N ranks in <slowest> s, <rate>" on the root (every
+/// rank's statistics gathered there); empty elsewhere.
+std::string summary(Checkpointer &checkpointer, const TransferStats &stats,
+                    const char *preposition) {
+  Result<std::vector<TransferStats>> all =
+      gatherStats(checkpointer.comm(), stats, checkpointer.root());
+  if (!all || all->empty())
+    return "";
   uint64_t bytes = 0;
   double seconds = 0;
-  if (all)
-    for (const std::string &entry : *all) {
-      unsigned long long b = 0;
-      double s = 0;
-      if (std::sscanf(entry.c_str(), "%llu %lf", &b, &s) == 2) {
-        bytes += b;
-        seconds = std::max(seconds, s);
-      }
-    }
-  return {bytes, seconds};
+  for (const TransferStats &rank : *all) {
+    bytes += rank.bytes;
+    seconds = std::max(seconds, rank.seconds);
+  }
+  char text[160];
+  std::snprintf(text, sizeof(text), "%s %s %lld ranks in %.3f s, %.2f GB/s",
+                gigabytes(static_cast<double>(bytes)).c_str(), preposition,
+                static_cast<long long>(all->size()), seconds,
+                seconds > 0 ? bytes / seconds / 1e9 : 0.0);
+  return text;
 }
 
 /// The source's tensor keys that the plan's metadata does not name.
@@ -124,19 +103,6 @@ Status checkNoExtraTensors(const plan::PlanFile &planFile, const std::string &so
   return Status::success();
 }
 
-/// Rank 0's status on every rank.
-Status agreeOnRoot(Communicator &comm, const Status &rootStatus) {
-  Result<std::string> decided =
-      comm.broadcast(rootStatus ? "" : std::string(1, char('0' + int(rootStatus.kind()))) +
-                                           rootStatus.error(),
-                     0);
-  if (!decided)
-    return decided.failure();
-  if (decided->empty())
-    return Status::success();
-  return makeError(decided->substr(1), static_cast<ErrorKind>((*decided)[0] - '0'));
-}
-
 /// One line on stderr, escaped (a message may quote bytes from a file), and
 /// the exit code of the error's kind.
 int report(const char *command, const std::string &prefix, const Error &error) {
@@ -144,17 +110,17 @@ int report(const char *command, const std::string &prefix, const Error &error) {
   return errorKindExitCode(error.kind);
 }
 
-/// An error every rank agreed on: rank 0 reports it.
-int fail(Communicator *comm, const char *command, const Error &error) {
-  if (!comm || comm->rank() == 0)
+/// An error every rank agreed on: the deciding rank reports it, every rank
+/// exits with its code.
+int fail(Checkpointer *checkpointer, const char *command, const Error &error) {
+  if (!checkpointer || checkpointer->rank() == checkpointer->root())
     return report(command, "", error);
   return errorKindExitCode(error.kind);
 }
 
 /// An error of this rank alone (before any collective): it reports it.
-int failHere(Communicator &comm, const char *command, const Error &error) {
-  return report(command,
-                comm.size() > 1 ? "rank " + std::to_string(comm.rank()) + ": " : "", error);
+int failHere(int64_t rank, int64_t size, const char *command, const Error &error) {
+  return report(command, size > 1 ? "rank " + std::to_string(rank) + ": " : "", error);
 }
 
 constexpr const char *kExitCodes =
@@ -251,72 +217,57 @@ int run(int argc, char **argv) {
   }
 
   const char *command = save->parsed() ? "save" : load->parsed() ? "load" : "reshard";
-  Result<Context> context = makeContext(&argc, &argv, fault, faultRank);
-  if (!context)
-    return fail(nullptr, command, context.failure());
-  Communicator &comm = *context->comm;
-  Storage &storage = *context->storage;
-  Result<plan::PlanFile> planFile = openPlan(planPath, comm.rank());
-  if (!planFile)
-    return failHere(comm, command, planFile.failure());
-  Result<plan::RankPlan> rankPlan = rankPlanFor(*planFile, comm);
-  if (!rankPlan)
-    return failHere(comm, command, rankPlan.failure());
-  Result<RankBuffers> buffers = RankBuffers::allocate(*rankPlan);
-  if (!buffers)
-    return failHere(comm, command, buffers.failure());
+  Result<std::unique_ptr<Communicator>> comm = makeCommunicator(&argc, &argv);
+  if (!comm)
+    return fail(nullptr, command, comm.failure());
+  int64_t rank = (*comm)->rank(), size = (*comm)->size();
+  Result<std::unique_ptr<Storage>> storage = makeStorage(fault, faultRank, rank);
+  if (!storage)
+    return failHere(rank, size, command, storage.failure());
+  Result<std::unique_ptr<Checkpointer>> opened =
+      Checkpointer::open(planPath, comm.take(), storage.take());
+  if (!opened)
+    return failHere(rank, size, command, opened.failure());
+  Checkpointer &checkpointer = **opened;
+  if (Status status = checkpointer.allocate(); !status)
+    return failHere(rank, size, command, status.failure());
+  bool speaks = rank == checkpointer.root(); // the rank that reports for all
 
   if (save->parsed()) {
-    if (Status status = fillFromSeed(*rankPlan, *buffers, static_cast<uint32_t>(seed)); !status)
-      return failHere(comm, command, status.failure());
+    if (Status status = checkpointer.fill(static_cast<uint32_t>(seed)); !status)
+      return failHere(rank, size, command, status.failure());
     SaveOptions options;
     options.overwrite = overwrite;
     options.step = step;
-    options.progress = progressPrinter("save", comm);
-    Result<TransferStats> stats = saveCheckpoint(*planFile, *rankPlan, *buffers, dir, comm, storage,
-                                                 options);
+    options.progress = progressPrinter("save", speaks);
+    Result<TransferStats> stats = checkpointer.save(dir, options);
     if (!stats)
-      return fail(&comm, command, stats.failure());
-    auto [bytes, seconds] = aggregate(comm, *stats);
-    if (comm.rank() == 0)
-      std::printf("saved %s: %s from %lld ranks in %.3f s, %.2f GB/s\n", dir.c_str(),
-                  gigabytes(bytes).c_str(), static_cast<long long>(comm.size()), seconds,
-                  seconds > 0 ? bytes / seconds / 1e9 : 0.0);
+      return fail(&checkpointer, command, stats.failure());
+    std::string line = summary(checkpointer, *stats, "from");
+    if (speaks)
+      std::printf("saved %s: %s\n", dir.c_str(), line.c_str());
     return 0;
   }
 
   LoadOptions loadOptions;
   loadOptions.syncModelWeights = !noSync && !reshard->parsed();
-  loadOptions.progress = progressPrinter(load->parsed() ? "load" : "reshard", comm);
-  if (comm.rank() == 0)
+  loadOptions.progress = progressPrinter(load->parsed() ? "load" : "reshard", speaks);
+  if (speaks)
     loadOptions.notice = [command](const std::string &text) {
       std::cerr << "fsdp-ckpt " << command << ": note: " << printable(text) << "\n";
     };
-  Result<LoadResult> loaded = loadCheckpoint(*rankPlan, *buffers, load->parsed() ? dir : fromDir,
-                                             comm, storage, loadOptions);
+  Result<LoadResult> loaded = checkpointer.load(load->parsed() ? dir : fromDir, loadOptions);
   if (!loaded)
-    return fail(&comm, command, loaded.failure());
+    return fail(&checkpointer, command, loaded.failure());
 
   if (load->parsed()) {
-    Status checked = seed >= 0 ? checkAgainstSeed(*rankPlan, *buffers, static_cast<uint32_t>(seed))
-                               : Status::success();
-    auto [bytes, seconds] = aggregate(comm, loaded->stats);
-    // Every rank's verdict: one rank's mismatch fails the load everywhere.
-    Result<std::vector<std::string>> verdicts = comm.gather(checked ? "" : checked.error(), 0);
-    std::string firstError;
-    if (verdicts)
-      for (size_t r = 0; r < verdicts->size() && firstError.empty(); ++r)
-        if (!(*verdicts)[r].empty())
-          firstError = "rank " + std::to_string(r) + ": " + (*verdicts)[r];
-    Result<std::string> decided = comm.broadcast(firstError, 0);
-    if (!decided)
-      return fail(&comm, command, decided.failure());
-    if (!decided->empty())
-      return fail(&comm, command, makeError("check failed: " + *decided));
-    if (comm.rank() == 0)
-      std::printf("loaded %s: %s into %lld ranks in %.3f s, %.2f GB/s%s\n", dir.c_str(),
-                  gigabytes(bytes).c_str(), static_cast<long long>(comm.size()), seconds,
-                  seconds > 0 ? bytes / seconds / 1e9 : 0.0,
+    std::string line = summary(checkpointer, loaded->stats, "into");
+    if (seed >= 0)
+      if (Status checked = checkpointer.check(static_cast<uint32_t>(seed)); !checked)
+        return fail(&checkpointer, command,
+                    propagate(checked, "check failed: " + checked.error()));
+    if (speaks)
+      std::printf("loaded %s: %s%s\n", dir.c_str(), line.c_str(),
                   seed >= 0 ? ", every element checked" : "");
     return 0;
   }
@@ -326,20 +277,19 @@ int run(int argc, char **argv) {
   options.overwrite = overwrite;
   options.step = loaded->step.value_or(1.0f);
   options.bytesItems = loaded->bytesItems;
-  options.progress = progressPrinter("reshard", comm);
+  options.progress = progressPrinter("reshard", speaks);
   // Every source tensor must be one the plan names, unless told otherwise.
   Status extras = Status::success();
-  if (!allowExtra && comm.rank() == 0)
-    extras = checkNoExtraTensors(*planFile, fromDir, storage);
-  if (Status agreed = agreeOnRoot(comm, extras); !agreed)
-    return fail(&comm, command, agreed.failure());
-  Result<TransferStats> stats =
-      saveCheckpoint(*planFile, *rankPlan, *buffers, dir, comm, storage, options);
+  if (!allowExtra && speaks)
+    extras = checkNoExtraTensors(checkpointer.planFile(), fromDir, checkpointer.storage());
+  if (Status agreed = agree(checkpointer.comm(), extras, checkpointer.root()); !agreed)
+    return fail(&checkpointer, command, agreed.failure());
+  Result<TransferStats> stats = checkpointer.save(dir, options);
   if (!stats)
-    return fail(&comm, command, stats.failure());
-  if (comm.rank() == 0)
+    return fail(&checkpointer, command, stats.failure());
+  if (speaks)
     std::printf("resharded %s into %s for %lld ranks\n", fromDir.c_str(), dir.c_str(),
-                static_cast<long long>(comm.size()));
+                static_cast<long long>(size));
   return 0;
 }
 

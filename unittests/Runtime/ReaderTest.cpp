@@ -1,7 +1,7 @@
 //===- ReaderTest.cpp - Hostile-file defences of the checkpoint reader ----===//
 //
 // What the reader's defences rest on, one by one: escaping of bytes from
-// files, error kinds kept across layers and ranks, plain file names, files
+// files, error kinds kept across layers, plain file names, files
 // opened only when regular and inside their directory, the save claim, and
 // staging directories refused whatever their name. (Whole hostile
 // checkpoints: test/Tools/fsdp-ckpt/hostile.test.)
@@ -11,7 +11,6 @@
 #include "fsdp/Runtime/CheckpointReader.h"
 #include "fsdp/Runtime/Storage.h"
 #include "fsdp/Support/Printable.h"
-#include "../../runtime/RuntimeSupport.h"
 
 #include <gtest/gtest.h>
 
@@ -66,7 +65,7 @@ TEST(Printable, KeepsTextAndEscapesControls) {
   EXPECT_EQ(printable(once), once);
 }
 
-TEST(ErrorKinds, KeptAcrossLayersAndRanks) {
+TEST(ErrorKinds, KeptAcrossLayers) {
   Status io = makeError("x: write failed: Input/output error", ErrorKind::IO, 5);
   Error wrapped = propagate(io, "save failed: " + io.error());
   EXPECT_EQ(wrapped.kind, ErrorKind::IO);
@@ -77,18 +76,7 @@ TEST(ErrorKinds, KeptAcrossLayersAndRanks) {
             ErrorKind::Corrupt);
   EXPECT_EQ(classify(Status(makeError("gone", ErrorKind::NotFound)), "m", ErrorKind::Corrupt).kind,
             ErrorKind::NotFound);
-  // Through the string a rank sends to the others.
-  for (ErrorKind kind : {ErrorKind::Internal, ErrorKind::InvalidArgument, ErrorKind::NotFound,
-                         ErrorKind::Corrupt, ErrorKind::Incompatible, ErrorKind::IO,
-                         ErrorKind::Busy}) {
-    Outcome outcome = decodeOutcome(encodeOutcome(makeError("why", kind)));
-    ASSERT_FALSE(outcome.status);
-    EXPECT_EQ(outcome.status.kind(), kind);
-    EXPECT_EQ(outcome.status.error(), "why");
-  }
-  EXPECT_TRUE(decodeOutcome(encodeOutcome(Status::success(), "payload")).status);
-  EXPECT_FALSE(decodeOutcome("E9garbage").status);
-  EXPECT_FALSE(decodeOutcome("").status);
+  // Across ranks: ProtocolTest.cpp.
   // Exit codes differ by kind.
   EXPECT_EQ(errorKindExitCode(ErrorKind::Internal), 1);
   EXPECT_EQ(errorKindExitCode(ErrorKind::InvalidArgument), 2);

@@ -67,6 +67,8 @@ struct LoadOptions {
   std::function<void(const Progress &)> progress;
   /// Told once what a user should know (a checkpoint without an index).
   std::function<void(const std::string &)> notice;
+  /// The rank that decides for all (the plan's committing rank).
+  int64_t root = 0;
 };
 
 struct LoadResult {

@@ -1,0 +1,109 @@
+//===- Checkpointer.cpp - One rank's runtime, ready to save and load ------===//
+#include "fsdp/Runtime/Checkpointer.h"
+#include "fsdp/Runtime/Protocol.h"
+
+#include <sys/stat.h>
+
+namespace fsdp {
+namespace runtime {
+
+Result<std::unique_ptr<Checkpointer>> Checkpointer::open(const std::string &planPath,
+                                                         std::unique_ptr<Communicator> comm,
+                                                         std::unique_ptr<Storage> storage) {
+  if (!comm)
+    return makeError("no communicator", ErrorKind::InvalidArgument);
+  if (!storage)
+    storage = createPosixStorage();
+  // A directory of per-rank plans (--plan-split-dir) holds one per rank.
+  std::string path = planPath;
+  struct stat info;
+  if (::stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode))
+    path += "/" + plan::planFileName(comm->rank());
+  Result<plan::PlanFile> file = plan::PlanFile::open(path);
+  if (!file)
+    return file.failure();
+  if (file->worldSize() != comm->size())
+    return makeError(path + ": the plan is for " + std::to_string(file->worldSize()) +
+                         " ranks but " + std::to_string(comm->size()) +
+                         " are running (start one process per rank with mpirun -np " +
+                         std::to_string(file->worldSize()) + ")",
+                     ErrorKind::InvalidArgument);
+  std::unique_ptr<Checkpointer> checkpointer(
+      new Checkpointer(file.take(), std::move(comm), std::move(storage)));
+  Result<plan::RankPlan> rankPlan = checkpointer->planFile_.rank(checkpointer->rank());
+  if (!rankPlan)
+    return rankPlan.failure();
+  checkpointer->plan_ = rankPlan.take();
+  return checkpointer;
+}
+
+Status Checkpointer::allocate() {
+  Result<RankBuffers> allocated = RankBuffers::allocate(plan_);
+  if (!allocated)
+    return allocated.failure();
+  bound_.clear();
+  buffers_ = allocated.take();
+  return Status::success();
+}
+
+Status Checkpointer::bind(int32_t group, plan::BufferRole role, void *data) {
+  if (role < plan::BufferRole::MainWeight || role > plan::BufferRole::ExpAvgSq)
+    return makeError("unknown buffer role " + std::to_string(static_cast<int>(role)),
+                     ErrorKind::InvalidArgument);
+  if (!data)
+    return makeError("a null buffer for group " + std::to_string(group),
+                     ErrorKind::InvalidArgument);
+  bound_[{group, role}] = data;
+  buffers_.reset(); // rebuilt from the bindings on next use
+  return Status::success();
+}
+
+Result<RankBuffers *> Checkpointer::buffers() {
+  if (!buffers_) {
+    Result<RankBuffers> wrapped = RankBuffers::wrap(plan_, bound_);
+    if (!wrapped)
+      return makeError(wrapped.error() + " (allocate the buffers or bind every one)",
+                       ErrorKind::InvalidArgument);
+    buffers_ = wrapped.take();
+  }
+  return &*buffers_;
+}
+
+Result<TransferStats> Checkpointer::save(const std::string &dir, SaveOptions options) {
+  Result<RankBuffers *> held = buffers();
+  // Every rank takes part in the save's collectives, even one without
+  // buffers: its error then fails the save everywhere.
+  if (!held) {
+    if (Status agreed = agree(*comm_, held.failure(), root()); !agreed)
+      return agreed.failure();
+    return held.failure();
+  }
+  return saveCheckpoint(planFile_, plan_, **held, dir, *comm_, *storage_, options);
+}
+
+Result<LoadResult> Checkpointer::load(const std::string &dir, LoadOptions options) {
+  options.root = root();
+  Result<RankBuffers *> held = buffers();
+  if (!held) {
+    if (Status agreed = agree(*comm_, held.failure(), root()); !agreed)
+      return agreed.failure();
+    return held.failure();
+  }
+  return loadCheckpoint(plan_, **held, dir, *comm_, *storage_, options);
+}
+
+Status Checkpointer::fill(uint32_t seed) {
+  Result<RankBuffers *> held = buffers();
+  if (!held)
+    return held.failure();
+  return fillFromSeed(plan_, **held, seed);
+}
+
+Status Checkpointer::check(uint32_t seed) {
+  Result<RankBuffers *> held = buffers();
+  Status checked = held ? checkAgainstSeed(plan_, **held, seed) : Status(held.failure());
+  return agree(*comm_, checked, root());
+}
+
+} // namespace runtime
+} // namespace fsdp
