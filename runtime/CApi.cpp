@@ -1,42 +1,79 @@
 //===- CApi.cpp - C API of the checkpoint runtime -------------------------===//
+//
+// A thin driver over Checkpointer: each call converts, forwards, and turns
+// an error into its kind's code and one line in the caller's buffer.
+//
+//===----------------------------------------------------------------------===//
 #include "fsdp/Runtime/fsdp_runtime.h"
-#include "fsdp/Runtime/Checkpoint.h"
+#include "fsdp/Runtime/Checkpointer.h"
 
 #include <cstring>
-#include <optional>
-#include <sys/stat.h>
+#include <new>
 
 using namespace fsdp;
 using namespace fsdp::runtime;
 
 struct fsdp_checkpointer {
-  std::unique_ptr<Communicator> comm;
-  std::unique_ptr<Storage> storage;
-  std::optional<plan::PlanFile> planFile;
-  plan::RankPlan plan;
-  std::map<std::pair<int32_t, plan::BufferRole>, void *> memory;
-  std::optional<RankBuffers> buffers;
+  std::unique_ptr<Checkpointer> runtime;
 };
 
 namespace {
 
-int report(char *error, size_t size, const std::string &message) {
+int report(char *error, size_t size, const Error &failure) {
   if (error && size) {
-    size_t n = std::min(size - 1, message.size());
-    std::memcpy(error, message.data(), n);
+    size_t n = std::min(size - 1, failure.message.size());
+    std::memcpy(error, failure.message.data(), n);
     error[n] = '\0';
   }
-  return 1;
+  return errorKindExitCode(failure.kind);
 }
 
-Result<RankBuffers *> buffersOf(fsdp_checkpointer *c) {
-  if (!c->buffers) {
-    Result<RankBuffers> wrapped = RankBuffers::wrap(c->plan, c->memory);
-    if (!wrapped)
-      return propagate(wrapped, wrapped.error() + " (bind it with fsdp_bind_buffer)");
-    c->buffers = wrapped.take();
-  }
-  return &*c->buffers;
+int finish(const Status &status, char *error, size_t size) {
+  return status ? FSDP_OK : report(error, size, status.failure());
+}
+
+Status callback(int code, const char *what) {
+  if (code == 0)
+    return Status::success();
+  return makeError(std::string("the caller's ") + what + " failed (returned " +
+                       std::to_string(code) + ")",
+                   ErrorKind::IO);
+}
+
+CommunicatorCallbacks callbacksOf(const fsdp_comm &comm) {
+  CommunicatorCallbacks callbacks;
+  callbacks.rank = comm.rank;
+  callbacks.size = comm.size;
+  if (comm.gather)
+    callbacks.gather = [comm](const void *data, size_t size, void *out, int64_t root) {
+      return callback(comm.gather(comm.context, data, size, out, root), "gather");
+    };
+  if (comm.broadcast)
+    callbacks.broadcast = [comm](void *data, size_t size, int64_t root) {
+      return callback(comm.broadcast(comm.context, data, size, root), "broadcast");
+    };
+  if (comm.barrier)
+    callbacks.barrier = [comm]() { return callback(comm.barrier(comm.context), "barrier"); };
+  return callbacks;
+}
+
+int openWith(const char *planPath, int allocate, Result<std::unique_ptr<Communicator>> comm,
+             fsdp_checkpointer **out, char *error, size_t errorSize) {
+  if (!out)
+    return report(error, errorSize, makeError("no place for the checkpointer",
+                                              ErrorKind::InvalidArgument));
+  *out = nullptr;
+  if (!comm)
+    return report(error, errorSize, comm.failure());
+  Result<std::unique_ptr<Checkpointer>> opened =
+      Checkpointer::open(planPath ? planPath : "", comm.take());
+  if (!opened)
+    return report(error, errorSize, opened.failure());
+  if (allocate)
+    if (Status status = (*opened)->allocate(); !status)
+      return report(error, errorSize, status.failure());
+  *out = new (std::nothrow) fsdp_checkpointer{opened.take()};
+  return *out ? FSDP_OK : report(error, errorSize, makeError("out of memory"));
 }
 
 } // namespace
@@ -45,59 +82,38 @@ extern "C" {
 
 int fsdp_open(const char *planPath, int allocate, fsdp_checkpointer **out, char *error,
               size_t errorSize) {
-  auto c = std::make_unique<fsdp_checkpointer>();
-  if (launchedByMpi()) {
-    Result<std::unique_ptr<Communicator>> comm = createMpiCommunicator(nullptr, nullptr);
-    if (!comm)
-      return report(error, errorSize, comm.error());
-    c->comm = comm.take();
-  } else {
-    c->comm = createSingleProcessCommunicator();
-  }
-  c->storage = createPosixStorage();
-  std::string path = planPath ? planPath : "";
-  struct stat info;
-  if (::stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode))
-    path += "/" + plan::planFileName(c->comm->rank());
-  Result<plan::PlanFile> file = plan::PlanFile::open(path);
-  if (!file)
-    return report(error, errorSize, file.error());
-  if (file->worldSize() != c->comm->size())
-    return report(error, errorSize,
-                  path + ": the plan is for " + std::to_string(file->worldSize()) +
-                      " ranks but " + std::to_string(c->comm->size()) + " are running");
-  Result<plan::RankPlan> rankPlan = file->rank(c->comm->rank());
-  if (!rankPlan)
-    return report(error, errorSize, rankPlan.error());
-  c->planFile = file.take();
-  c->plan = rankPlan.take();
-  if (allocate) {
-    Result<RankBuffers> buffers = RankBuffers::allocate(c->plan);
-    if (!buffers)
-      return report(error, errorSize, buffers.error());
-    c->buffers = buffers.take();
-  }
-  *out = c.release();
-  return 0;
+  Result<std::unique_ptr<Communicator>> comm =
+      launchedByMpi() ? createMpiCommunicator(nullptr, nullptr)
+                      : Result<std::unique_ptr<Communicator>>(createSingleProcessCommunicator());
+  return openWith(planPath, allocate, std::move(comm), out, error, errorSize);
+}
+
+int fsdp_open_with_comm(const char *planPath, int allocate, const fsdp_comm *comm,
+                        fsdp_checkpointer **out, char *error, size_t errorSize) {
+  if (!comm)
+    return report(error, errorSize, makeError("no communicator", ErrorKind::InvalidArgument));
+  return openWith(planPath, allocate, createCallbackCommunicator(callbacksOf(*comm)), out, error,
+                  errorSize);
 }
 
 void fsdp_close(fsdp_checkpointer *c) { delete c; }
 
-int64_t fsdp_rank(const fsdp_checkpointer *c) { return c->comm->rank(); }
-int64_t fsdp_world_size(const fsdp_checkpointer *c) { return c->comm->size(); }
-size_t fsdp_buffer_count(const fsdp_checkpointer *c) { return c->plan.buffers.size(); }
+int64_t fsdp_rank(const fsdp_checkpointer *c) { return c->runtime->rank(); }
+int64_t fsdp_world_size(const fsdp_checkpointer *c) { return c->runtime->worldSize(); }
+size_t fsdp_buffer_count(const fsdp_checkpointer *c) { return c->runtime->plan().buffers.size(); }
 
 int fsdp_buffer_info_at(const fsdp_checkpointer *c, size_t index, fsdp_buffer_info *info) {
-  if (index >= c->plan.buffers.size() || !info)
-    return 1;
-  const plan::LocalBuffer &buffer = c->plan.buffers[index];
+  const std::vector<plan::LocalBuffer> &buffers = c->runtime->plan().buffers;
+  if (index >= buffers.size() || !info)
+    return FSDP_ERROR_INVALID_ARGUMENT;
+  const plan::LocalBuffer &buffer = buffers[index];
   *info = {buffer.group, static_cast<int32_t>(buffer.role), static_cast<int32_t>(buffer.dtype),
            buffer.elements, buffer.aliasesMainWeight ? 1 : 0};
-  return 0;
+  return FSDP_OK;
 }
 
 void *fsdp_buffer_data(fsdp_checkpointer *c, int32_t group, int32_t role) {
-  Result<RankBuffers *> buffers = buffersOf(c);
+  Result<RankBuffers *> buffers = c->runtime->buffers();
   if (!buffers)
     return nullptr;
   Result<BufferView> view = (*buffers)->get(group, static_cast<plan::BufferRole>(role));
@@ -106,58 +122,44 @@ void *fsdp_buffer_data(fsdp_checkpointer *c, int32_t group, int32_t role) {
 
 int fsdp_bind_buffer(fsdp_checkpointer *c, int32_t group, int32_t role, void *data, char *error,
                      size_t errorSize) {
-  if (role < FSDP_MAIN_WEIGHT || role > FSDP_EXP_AVG_SQ)
-    return report(error, errorSize, "unknown buffer role " + std::to_string(role));
-  c->memory[{group, static_cast<plan::BufferRole>(role)}] = data;
-  c->buffers.reset(); // rebuilt from the bindings on next use
-  return 0;
+  return finish(c->runtime->bind(group, static_cast<plan::BufferRole>(role), data), error,
+                errorSize);
 }
 
 int fsdp_save(fsdp_checkpointer *c, const char *dir, int overwrite, float step, char *error,
               size_t errorSize) {
-  Result<RankBuffers *> buffers = buffersOf(c);
-  if (!buffers)
-    return report(error, errorSize, buffers.error());
   SaveOptions options;
   options.overwrite = overwrite != 0;
   options.step = step;
-  Result<TransferStats> stats =
-      saveCheckpoint(*c->planFile, c->plan, **buffers, dir ? dir : "", *c->comm, *c->storage, options);
-  return stats ? 0 : report(error, errorSize, stats.error());
+  Result<TransferStats> stats = c->runtime->save(dir ? dir : "", options);
+  return stats ? FSDP_OK : report(error, errorSize, stats.failure());
 }
 
 int fsdp_load(fsdp_checkpointer *c, const char *dir, int skipSync, char *error, size_t errorSize) {
-  Result<RankBuffers *> buffers = buffersOf(c);
-  if (!buffers)
-    return report(error, errorSize, buffers.error());
   LoadOptions options;
   options.syncModelWeights = skipSync == 0;
-  Result<LoadResult> loaded =
-      loadCheckpoint(c->plan, **buffers, dir ? dir : "", *c->comm, *c->storage, options);
-  return loaded ? 0 : report(error, errorSize, loaded.error());
+  Result<LoadResult> loaded = c->runtime->load(dir ? dir : "", options);
+  return loaded ? FSDP_OK : report(error, errorSize, loaded.failure());
 }
 
 int fsdp_verify(const char *dir, char *error, size_t errorSize) {
   std::unique_ptr<Storage> storage = createPosixStorage();
   std::string problems;
   Status status = verifyCheckpoint(dir ? dir : "", *storage, problems);
-  return status ? 0 : report(error, errorSize, problems.empty() ? status.error() : problems);
+  if (status)
+    return FSDP_OK;
+  // The first problem says the most; the verdict counts them.
+  std::string first = problems.substr(0, problems.find('\n'));
+  return report(error, errorSize,
+                propagate(status, first.empty() ? status.error() : first + " (" + status.error() + ")"));
 }
 
 int fsdp_fill_from_seed(fsdp_checkpointer *c, uint32_t seed, char *error, size_t errorSize) {
-  Result<RankBuffers *> buffers = buffersOf(c);
-  if (!buffers)
-    return report(error, errorSize, buffers.error());
-  Status status = fillFromSeed(c->plan, **buffers, seed);
-  return status ? 0 : report(error, errorSize, status.error());
+  return finish(c->runtime->fill(seed), error, errorSize);
 }
 
 int fsdp_check_against_seed(fsdp_checkpointer *c, uint32_t seed, char *error, size_t errorSize) {
-  Result<RankBuffers *> buffers = buffersOf(c);
-  if (!buffers)
-    return report(error, errorSize, buffers.error());
-  Status status = checkAgainstSeed(c->plan, **buffers, seed);
-  return status ? 0 : report(error, errorSize, status.error());
+  return finish(c->runtime->check(seed), error, errorSize);
 }
 
 } // extern "C"

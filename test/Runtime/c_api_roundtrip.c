@@ -1,20 +1,48 @@
 /* The C API end to end, compiled as C: a world-of-one save of the worked
  * example, with buffers bound from caller memory, then a load into
- * runtime-allocated buffers, checked element by element, and a verify.
+ * runtime-allocated buffers over the caller's process group (callbacks),
+ * checked element by element, and a verify; each kind of error returns its
+ * own code.
  * usage: c_api_roundtrip PLAN DIR */
 #include "fsdp/Runtime/fsdp_runtime.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static int fail(const char *what, const char *error) {
   fprintf(stderr, "c_api_roundtrip: %s: %s\n", what, error);
   return 1;
 }
 
+/* A group of one, as a trainer's bindings would provide it; counts calls. */
+static int calls = 0;
+static int gather_one(void *context, const void *data, size_t size, void *out, int64_t root) {
+  (void)context;
+  ++calls;
+  if (root != 0)
+    return 1;
+  memcpy(out, data, size);
+  return 0;
+}
+static int broadcast_one(void *context, void *data, size_t size, int64_t root) {
+  (void)context, (void)data, (void)size;
+  ++calls;
+  return root == 0 ? 0 : 1;
+}
+static int barrier_one(void *context) {
+  (void)context;
+  ++calls;
+  return 0;
+}
+static int broken_gather(void *context, const void *data, size_t size, void *out, int64_t root) {
+  (void)context, (void)data, (void)size, (void)out, (void)root;
+  return 5;
+}
+
 int main(int argc, char **argv) {
   char error[512];
-  fsdp_checkpointer *saver = NULL, *loader = NULL;
+  fsdp_checkpointer *saver = NULL, *loader = NULL, *broken = NULL;
   if (argc != 3)
     return fail("usage", "c_api_roundtrip PLAN DIR");
   if (fsdp_open(argv[1], 0, &saver, error, sizeof error))
@@ -33,21 +61,40 @@ int main(int argc, char **argv) {
     return fail("fill", error);
   if (fsdp_save(saver, argv[2], 0, 3.0f, error, sizeof error))
     return fail("save", error);
-  if (fsdp_save(saver, argv[2], 0, 3.0f, error, sizeof error) == 0)
+  int code = fsdp_save(saver, argv[2], 0, 3.0f, error, sizeof error);
+  if (code == FSDP_OK)
     return fail("second save", "succeeded without overwrite");
-  printf("second save refused: %s\n", error);
+  printf("second save refused (code %d): %s\n", code, error);
   if (fsdp_verify(argv[2], error, sizeof error))
     return fail("verify", error);
-  if (fsdp_open(argv[1], 1, &loader, error, sizeof error))
+
+  fsdp_comm comm = {NULL, 0, 1, gather_one, broadcast_one, barrier_one};
+  if (fsdp_open_with_comm(argv[1], 1, &comm, &loader, error, sizeof error))
     return fail("open for load", error);
-  if (fsdp_check_against_seed(loader, 17, error, sizeof error) == 0)
+  if (fsdp_check_against_seed(loader, 17, error, sizeof error) == FSDP_OK)
     return fail("check before load", "zeroed buffers passed the check");
   if (fsdp_load(loader, argv[2], 0, error, sizeof error))
     return fail("load", error);
   if (fsdp_check_against_seed(loader, 17, error, sizeof error))
     return fail("check", error);
-  printf("C API round trip: rank %lld of %lld, %zu buffers, every element checked\n",
-         (long long)fsdp_rank(loader), (long long)fsdp_world_size(loader), count);
+  printf("C API round trip: rank %lld of %lld, %zu buffers, every element checked, "
+         "%s collective calls through the callbacks\n",
+         (long long)fsdp_rank(loader), (long long)fsdp_world_size(loader), count,
+         calls > 0 ? "with" : "without");
+
+  /* One code per kind. */
+  code = fsdp_load(loader, "/nonexistent/checkpoint", 0, error, sizeof error);
+  printf("missing checkpoint (code %d): %s\n", code, error);
+  comm.size = 2;
+  code = fsdp_open_with_comm(argv[1], 1, &comm, &broken, error, sizeof error);
+  printf("plan for another world size (code %d): %s\n", code, error);
+  comm.size = 1;
+  comm.gather = broken_gather;
+  if (fsdp_open_with_comm(argv[1], 1, &comm, &broken, error, sizeof error))
+    return fail("open with a broken gather", error);
+  code = fsdp_load(broken, argv[2], 0, error, sizeof error);
+  printf("a failing callback (code %d): %s\n", code, error);
+  fsdp_close(broken);
   fsdp_close(saver);
   fsdp_close(loader);
   for (size_t i = 0; i < count && i < 64; ++i)

@@ -2,9 +2,12 @@
  *
  * For embedding in training code that is not C++: open a plan for this
  * process's rank, give the runtime its buffers (or let it allocate them),
- * save, load, verify. Processes started by mpirun use MPI_COMM_WORLD (the
- * MPI rank is the plan's flat rank); others are a world of one. Every call
- * returns 0 on success, or non-zero with a one-line message in `error`.
+ * save, load, verify. fsdp_open uses MPI_COMM_WORLD in processes started by
+ * mpirun (the MPI rank is the plan's flat rank) and a world of one
+ * otherwise; fsdp_open_with_comm runs over the caller's process group
+ * through callbacks. Every call returns FSDP_OK (0) on success, or the code
+ * of the error's kind (below; docs/Errors.md) with a one-line message in
+ * `error`.
  *
  *===----------------------------------------------------------------------===*/
 #ifndef FSDP_RUNTIME_FSDP_RUNTIME_H
@@ -18,6 +21,33 @@ extern "C" {
 #endif
 
 typedef struct fsdp_checkpointer fsdp_checkpointer;
+
+/* Return codes: one per kind of error, the same as fsdp-ckpt's exit codes. */
+enum {
+  FSDP_OK = 0,
+  FSDP_ERROR_FAILED = 1,           /* anything else (a check mismatch, a bug) */
+  FSDP_ERROR_INVALID_ARGUMENT = 2, /* a bad call, value or plan for another world size */
+  FSDP_ERROR_NOT_FOUND = 3,        /* no such file or committed checkpoint */
+  FSDP_ERROR_CORRUPT = 4,          /* checksum mismatch, truncated or malformed file */
+  FSDP_ERROR_INCOMPATIBLE = 5,     /* key, shape, dtype or coverage not as the plan needs */
+  FSDP_ERROR_IO = 6,               /* the operating system refused */
+  FSDP_ERROR_BUSY = 7              /* another save holds the target */
+};
+
+/* The caller's process group. Each call is collective over the group and
+ * returns 0 on success (anything else fails the operation with
+ * FSDP_ERROR_IO). Sizes are in bytes and equal on every rank. */
+typedef struct fsdp_comm {
+  void *context;
+  int64_t rank;
+  int64_t size;
+  /* Every rank's `size` bytes at `data`, in rank order, into `out` on
+   * `root` (size x group size bytes); `out` is unused elsewhere. */
+  int (*gather)(void *context, const void *data, size_t size, void *out, int64_t root);
+  /* `size` bytes at `data` on `root` into `data` on every rank. */
+  int (*broadcast)(void *context, void *data, size_t size, int64_t root);
+  int (*barrier)(void *context);
+} fsdp_comm;
 
 /* Buffer roles, as in the plan. */
 enum {
@@ -42,6 +72,10 @@ typedef struct {
  * load. */
 int fsdp_open(const char *plan_path, int allocate, fsdp_checkpointer **out, char *error,
               size_t error_size);
+/* As fsdp_open, over the caller's process group (`comm` is copied; its
+ * context must outlive the checkpointer). */
+int fsdp_open_with_comm(const char *plan_path, int allocate, const fsdp_comm *comm,
+                        fsdp_checkpointer **out, char *error, size_t error_size);
 void fsdp_close(fsdp_checkpointer *checkpointer);
 
 int64_t fsdp_rank(const fsdp_checkpointer *checkpointer);
@@ -63,7 +97,8 @@ int fsdp_load(fsdp_checkpointer *checkpointer, const char *dir, int skip_model_w
               char *error, size_t error_size);
 int fsdp_verify(const char *dir, char *error, size_t error_size);
 
-/* The deterministic test values of DESIGN.md §4.1. */
+/* The deterministic test values (docs/TestValues.md). fsdp_check_against_seed
+ * is collective: one rank's mismatch fails every rank. */
 int fsdp_fill_from_seed(fsdp_checkpointer *checkpointer, uint32_t seed, char *error,
                         size_t error_size);
 int fsdp_check_against_seed(fsdp_checkpointer *checkpointer, uint32_t seed, char *error,
