@@ -12,8 +12,6 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::open(const std::string &plan
                                                          std::unique_ptr<Storage> storage) {
   if (!comm)
     return makeError("no communicator", ErrorKind::InvalidArgument);
-  if (!storage)
-    storage = createPosixStorage();
   // A directory of per-rank plans (--plan-split-dir) holds one per rank.
   std::string path = planPath;
   struct stat info;
@@ -22,14 +20,24 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::open(const std::string &plan
   Result<plan::PlanFile> file = plan::PlanFile::open(path);
   if (!file)
     return file.failure();
-  if (file->worldSize() != comm->size())
-    return makeError(path + ": the plan is for " + std::to_string(file->worldSize()) +
+  return open(file.take(), std::move(comm), std::move(storage));
+}
+
+Result<std::unique_ptr<Checkpointer>> Checkpointer::open(plan::PlanFile file,
+                                                         std::unique_ptr<Communicator> comm,
+                                                         std::unique_ptr<Storage> storage) {
+  if (!comm)
+    return makeError("no communicator", ErrorKind::InvalidArgument);
+  if (!storage)
+    storage = createPosixStorage();
+  if (file.worldSize() != comm->size())
+    return makeError(file.name() + ": the plan is for " + std::to_string(file.worldSize()) +
                          " ranks but " + std::to_string(comm->size()) +
                          " are running (start one process per rank with mpirun -np " +
-                         std::to_string(file->worldSize()) + ")",
+                         std::to_string(file.worldSize()) + ")",
                      ErrorKind::InvalidArgument);
   std::unique_ptr<Checkpointer> checkpointer(
-      new Checkpointer(file.take(), std::move(comm), std::move(storage)));
+      new Checkpointer(std::move(file), std::move(comm), std::move(storage)));
   Result<plan::RankPlan> rankPlan = checkpointer->planFile_.rank(checkpointer->rank());
   if (!rankPlan)
     return rankPlan.failure();

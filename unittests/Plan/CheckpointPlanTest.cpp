@@ -2,6 +2,7 @@
 #include "fsdp/Layout/Overlap.h"
 #include "fsdp/Plan/CheckpointPlan.h"
 #include "fsdp/Plan/PlanFile.h"
+#include "../TestModels.h"
 
 #include <gtest/gtest.h>
 
@@ -14,47 +15,8 @@ using namespace fsdp::plan;
 
 namespace {
 
-/// A group packed by the layout library, as the lowering does.
-GroupSpec makeGroup(const std::string &unit, std::vector<std::vector<std::string>> fqns,
-                    std::vector<layout::Shape> shapes, const std::vector<int64_t> &mesh,
-                    std::vector<layout::Placement> placements, bool trainable = true,
-                    dcp::DType dtype = dcp::DType::BFloat16) {
-  GroupSpec group;
-  group.unit = unit;
-  group.dtype = dtype;
-  group.requiresGrad = trainable;
-  group.placements = std::move(placements);
-  Result<layout::PackedLayout> packed = layout::packGroup(shapes, layout::meshSize(mesh));
-  EXPECT_TRUE(packed.ok());
-  group.chunk = packed->chunk;
-  group.size = packed->size;
-  group.shardSize = packed->size / layout::numShards(mesh, group.placements);
-  group.buffers = {{BufferRole::MainWeight, dcp::DType::Float32, false},
-                   {BufferRole::ModelWeight, dtype, dtype == dcp::DType::Float32}};
-  if (trainable)
-    group.buffers.insert(group.buffers.end(), {{BufferRole::MainGrad, dtype, false},
-                                               {BufferRole::ExpAvg, dcp::DType::Float32, false},
-                                               {BufferRole::ExpAvgSq, dcp::DType::Float32, false}});
-  for (size_t i = 0; i < shapes.size(); ++i)
-    group.members.push_back({fqns[i], shapes[i], packed->offsets[i]});
-  return group;
-}
-
-/// Reference §8.1: p0 [5,3], p1 [7], p2 [4,4] on 4 ranks.
-ModelLayout workedExample(std::vector<int64_t> mesh = {4},
-                          std::vector<layout::Placement> placements = {layout::Placement::Shard}) {
-  ModelLayout model;
-  for (size_t i = 0; i < mesh.size(); ++i)
-    model.meshAxisNames.push_back("a" + std::to_string(i));
-  model.meshSizes = mesh;
-  model.optimizer.present = true;
-  model.optimizer.decoupledWeightDecay = true;
-  model.optimizer.weightDecay = 0.01;
-  model.groups.push_back(makeGroup("", {{"p0"}, {"p1"}, {"p2"}}, {{5, 3}, {7}, {4, 4}}, mesh,
-                                   placements));
-  model.optimizerParams = {"p0", "p1", "p2"};
-  return model;
-}
+using fsdp::testmodels::makeGroup;
+using fsdp::testmodels::workedExample;
 
 std::set<std::string> keysOf(const RankPlan &plan) {
   std::set<std::string> keys;

@@ -27,6 +27,10 @@ public:
   static Result<std::unique_ptr<Checkpointer>> open(const std::string &planPath,
                                                     std::unique_ptr<Communicator> comm,
                                                     std::unique_ptr<Storage> storage = nullptr);
+  /// The same for a plan already in memory (an embedded one).
+  static Result<std::unique_ptr<Checkpointer>> open(plan::PlanFile planFile,
+                                                    std::unique_ptr<Communicator> comm,
+                                                    std::unique_ptr<Storage> storage = nullptr);
 
   Communicator &comm() { return *comm_; }
   Storage &storage() { return *storage_; }
