@@ -5,7 +5,7 @@
 // 65521 when it passes), 16 residues side by side so that the loops
 // vectorize: an add, a compare and a conversion per element, one modulo per
 // run. S is a uint64 sum that
-// wraps (DESIGN.md §4.1): a run is cut where S + 7919 would pass 2^64 and
+// wraps (docs/TestValues.md): a run is cut where S + 7919 would pass 2^64 and
 // the residue is recomputed there, so even absurd indices follow the formula.
 //
 // Each dtype instantiates the loops with its own inlined conversion: no

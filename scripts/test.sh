@@ -30,5 +30,14 @@ if [[ "${FSDP_ASAN:-1}" != 0 ]]; then
   "$ROOT/scripts/asan.sh" || status=1
   ASAN_ARGS=("$ASAN_RESULTS"/*.xml "$ASAN_RESULTS/roundtrip.txt")
 fi
-python3 "$ROOT/scripts/summarize_tests.py" "$RESULTS" "${FUZZ_ARGS[@]}" "${ASAN_ARGS[@]}" || status=1
+# The threaded tests under ThreadSanitizer (FSDP_TSAN=0 skips it).
+TSAN_ARGS=()
+if [[ "${FSDP_TSAN:-1}" != 0 ]]; then
+  TSAN_RESULTS="${FSDP_TSAN_BUILD_DIR:-$ROOT/build-tsan}/results"
+  rm -rf "$TSAN_RESULTS"
+  "$ROOT/scripts/tsan.sh" || status=1
+  TSAN_ARGS=("$TSAN_RESULTS"/*.xml)
+fi
+python3 "$ROOT/scripts/summarize_tests.py" "$RESULTS" "${FUZZ_ARGS[@]}" "${ASAN_ARGS[@]}" \
+  "${TSAN_ARGS[@]}" || status=1
 exit "$status"

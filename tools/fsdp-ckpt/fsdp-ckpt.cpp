@@ -145,7 +145,7 @@ int run(int argc, char **argv) {
   CLI::App *save = app.add_subcommand("save", "Fill every rank's buffers from SEED and save them");
   save->add_option("--plan", planPath, "Plan file (or directory of per-rank plans)")->required();
   save->add_option("--dir", dir, "Checkpoint directory to create")->required();
-  save->add_option("--fill", seed, "Seed of the deterministic values (DESIGN.md §4.1)")
+  save->add_option("--fill", seed, "Seed of the deterministic values (docs/TestValues.md)")
       ->required()->check(seedCheck);
   save->add_option("--step", step, "Optimizer step count to store");
   save->add_flag("--overwrite", overwrite, "Replace an existing checkpoint atomically");

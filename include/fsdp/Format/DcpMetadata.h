@@ -1,19 +1,18 @@
 //===- DcpMetadata.h - PyTorch DCP `.metadata` as typed structs -*- C++ -*-===//
 //
-// `torch.distributed.checkpoint.metadata.Metadata` (reference/dcp-format.md
-// §1.6, §8): which keys a checkpoint holds (tensor shapes, dtypes and chunk
-// boxes, or opaque bytes items), where each chunk's bytes are
-// (storage_data), the key nesting for dcp_to_torch_save (planner_data),
-// storage_meta and version.
+// `torch.distributed.checkpoint.metadata.Metadata` (docs/CheckpointFormat.md):
+// which keys a checkpoint holds (tensor shapes, dtypes and chunk boxes, or
+// opaque bytes items), where each chunk's bytes are (storage_data), the key
+// nesting for dcp_to_torch_save (planner_data), storage_meta and version.
 //
 // Reading accepts what real writers produce: protocol 2/4/5 with memo
 // sharing, torch.Size or plain tuples/lists for shapes and offsets, the
 // layout as a global or as torch.serialization._get_layout('torch.strided'),
-// TensorProperties state as the 5-tuple or the old dict, checkpoint_id as a
-// str or a pathlib path, unknown extra attributes (ignored). Writing emits
+// TensorProperties state as the 5- or 6-tuple or the old dict, checkpoint_id
+// as a str or a pathlib path, unknown extra attributes (ignored). Writing emits
 // protocol 2 in PyTorch's field order, with torch.Size objects, the
 // _get_layout form PyTorch itself pickles, and checkpoint_id as a plain str
-// (never a pathlib object: §1.10).
+// (never a pathlib object, which another Python version may fail to unpickle).
 //
 //===----------------------------------------------------------------------===//
 #ifndef FSDP_FORMAT_DCPMETADATA_H

@@ -1,9 +1,9 @@
 //===- Zip.h - Stored zip archives and torch.save items ---------*- C++ -*-===//
 //
-// Every DCP item is a complete `torch.save` zip (reference/dcp-format.md
-// §1.3-1.5, §8): records `<archive>/data.pkl`, `.format_version`,
-// `.storage_alignment`, `byteorder`, `data/0` (tensors only), `version`,
-// `.data/serialization_id`, all stored (never compressed).
+// Every DCP item is a complete `torch.save` zip (docs/CheckpointFormat.md):
+// records `<archive>/data.pkl`, `.format_version`, `.storage_alignment`,
+// `byteorder`, `data/0` (tensors only), `version`, `.data/serialization_id`,
+// all stored (never compressed).
 //
 // The writer reproduces PyTorch's own layout (checked byte for byte against
 // a real PyTorch 2.11 checkpoint): local headers with sizes and CRC zero and

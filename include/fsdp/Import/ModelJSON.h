@@ -17,9 +17,9 @@ struct ModelJSONImportOptions {
   std::string placementsOverride;
 };
 
-/// Parses an `fsdp-model-v1` description (DESIGN.md §4.2) into a builtin
-/// module holding one verified `fsdp.model`. On error, emits one diagnostic
-/// naming `fileName` and the JSON path at fault and returns null.
+/// Parses an `fsdp-model-v1` description (docs/ModelDescription.md) into a
+/// builtin module holding one verified `fsdp.model`. On error, emits one
+/// diagnostic naming `fileName` and the JSON path at fault and returns null.
 mlir::OwningOpRef<mlir::ModuleOp>
 importModelJSON(llvm::StringRef json, llvm::StringRef fileName,
                 mlir::MLIRContext *context,

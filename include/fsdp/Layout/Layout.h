@@ -51,7 +51,7 @@ Status checkShape(const Shape &shape);
 Result<int64_t> checkedNumElements(const Shape &shape);
 
 //===----------------------------------------------------------------------===//
-// Packing (reference megatron-fsdp-layout.md §2.2)
+// Packing (docs/MegatronFSDPLayout.md)
 //===----------------------------------------------------------------------===//
 
 /// A packed group: element offset of every tensor (in group order) inside the
@@ -107,11 +107,11 @@ struct Range {
 };
 
 /// The part of a buffer of `bufferSize` elements the rank at `coords` owns
-/// (ref §2.3 `local_range`): walking the axes from the last to the first,
-/// each shard axis splits the current range evenly and keeps the coords-th
-/// part; replicate axes keep it whole. Callers validate the mesh with
-/// checkPlacements; bufferSize should be a multiple of numShards (verifyLayout
-/// checks it).
+/// (docs/MegatronFSDPLayout.md, rank ranges): walking the axes from the last
+/// to the first, each shard axis splits the current range evenly and keeps
+/// the coords-th part; replicate axes keep it whole. Callers validate the
+/// mesh with checkPlacements; bufferSize should be a multiple of numShards
+/// (verifyLayout checks it).
 Range localRange(int64_t bufferSize, const std::vector<int64_t> &meshSizes,
                  const std::vector<int64_t> &coords,
                  const std::vector<Placement> &placements);
@@ -143,7 +143,7 @@ std::vector<int64_t> shardCoords(int64_t shardIndex,
                                  const std::vector<Placement> &placements);
 
 //===----------------------------------------------------------------------===//
-// Pieces (ref §2.4)
+// Pieces (docs/MegatronFSDPLayout.md)
 //===----------------------------------------------------------------------===//
 
 /// A tensor's piece on one rank: rows [rowOffset, rowOffset + rows) of the

@@ -8,9 +8,9 @@
 // collective at save time.
 //
 // Keys follow Megatron-FSDP's experimental save_checkpoint through PyTorch
-// DCP (DESIGN.md §4.4): `model.<fqn>` (main weights; one key per FQN of a
-// tied parameter), `optimizer.state.<fqn>.{exp_avg,exp_avg_sq,step}` and one
-// bytes item per hyper-parameter `optimizer.param_groups.0.<name>`.
+// DCP (docs/CheckpointFormat.md): `model.<fqn>` (main weights; one key per
+// FQN of a tied parameter), `optimizer.state.<fqn>.{exp_avg,exp_avg_sq,step}`
+// and one bytes item per hyper-parameter `optimizer.param_groups.0.<name>`.
 //
 // Costs: planning one rank is O(that rank's items) (plus its replicas' for
 // HSDP reads); the global metadata is O(all items) and built once.

@@ -90,7 +90,7 @@ Result<LoadResult> loadCheckpoint(const plan::RankPlan &plan, RankBuffers &buffe
                                   const LoadOptions &options = {});
 
 /// Fills every piece of this rank's main weights and optimizer state with
-/// the deterministic values of DESIGN.md §4.1 (then model_weight by a cast).
+/// the deterministic values of docs/TestValues.md (then model_weight by a cast).
 Status fillFromSeed(const plan::RankPlan &plan, RankBuffers &buffers, uint32_t seed);
 /// Checks every piece against those values; the error names key, chunk and
 /// element of the first mismatch.

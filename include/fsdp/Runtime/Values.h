@@ -1,6 +1,6 @@
 //===- Values.h - Deterministic test values and dtype casts ----*- C++ -*-===//
 //
-// `fsdp-ckpt save --fill SEED` and `load --check SEED` (DESIGN.md §4.1): the
+// `fsdp-ckpt save --fill SEED` and `load --check SEED` (docs/TestValues.md): the
 // value of element i (row-major in the global tensor; 0 for a scalar) of
 // checkpoint key k is a pure function of (k, i, SEED), so a load into any
 // layout is checkable by anyone, PyTorch included:

@@ -10,7 +10,8 @@ class Operation;
 
 namespace fsdp {
 /// Writes the layout of the lowered `fsdp.model` in `op` (the model or a
-/// builtin module holding exactly one) as fsdp-layout-v1 JSON (DESIGN.md §4.3).
+/// builtin module holding exactly one) as fsdp-layout-v1 JSON
+/// (docs/LayoutJSON.md).
 mlir::LogicalResult translateToLayoutJSON(mlir::Operation *op,
                                           llvm::raw_ostream &os);
 /// Registers `--emit-layout-json` for fsdp-translate.

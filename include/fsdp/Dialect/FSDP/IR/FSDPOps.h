@@ -50,9 +50,9 @@ struct UnitGroup {
 llvm::SmallVector<UnitGroup> computeUnitGroups(NNModuleOp unit,
                                                const llvm::StringMap<ParamOp> &paramsByFQN);
 
-/// The buffers of a group (reference §2.5): main weights in the policy's
-/// dtype (integer parameters keep theirs: a cast would lose them), model
-/// weights in the parameter dtype, aliasing main weights when equal;
+/// The buffers of a group (docs/MegatronFSDPLayout.md): main weights in the
+/// policy's dtype (integer parameters keep theirs: a cast would lose them),
+/// model weights in the parameter dtype, aliasing main weights when equal;
 /// trainable groups add main grads and, with an optimizer, its two moments.
 mlir::ArrayAttr getExpectedBuffers(ParamGroupOp group, OptimizerOp optimizer);
 } // namespace fsdp
