@@ -82,10 +82,8 @@ extern "C" {
 
 int fsdp_open(const char *planPath, int allocate, fsdp_checkpointer **out, char *error,
               size_t errorSize) {
-  Result<std::unique_ptr<Communicator>> comm =
-      launchedByMpi() ? createMpiCommunicator(nullptr, nullptr)
-                      : Result<std::unique_ptr<Communicator>>(createSingleProcessCommunicator());
-  return openWith(planPath, allocate, std::move(comm), out, error, errorSize);
+  return openWith(planPath, allocate, createDefaultCommunicator(nullptr, nullptr), out, error,
+                  errorSize);
 }
 
 int fsdp_open_with_comm(const char *planPath, int allocate, const fsdp_comm *comm,

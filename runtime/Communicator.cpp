@@ -222,6 +222,12 @@ std::vector<std::unique_ptr<Communicator>> createThreadGroup(int64_t size) {
   return ranks;
 }
 
+Result<std::unique_ptr<Communicator>> createDefaultCommunicator(int *argc, char ***argv) {
+  if (launchedByMpi())
+    return createMpiCommunicator(argc, argv);
+  return createSingleProcessCommunicator();
+}
+
 bool launchedByMpi() {
   return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") ||
          std::getenv("PMIX_RANK");

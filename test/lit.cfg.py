@@ -28,5 +28,5 @@ llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 # Captured names must not leak across CHECK-LABEL blocks.
 config.environment["FILECHECK_OPTS"] = "-enable-var-scope"
 
-tools = ["fsdp-opt", "fsdp-translate", "fsdp-ckpt", "fsdp-c-api-roundtrip"]
+tools = ["fsdp-opt", "fsdp-translate", "fsdp-ckpt", "fsdp-c-api-roundtrip", "fsdp-mpi-subcomm"]
 llvm_config.add_tool_substitutions(tools, [config.fsdp_tools_dir, config.llvm_tools_dir])

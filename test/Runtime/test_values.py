@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Reference for the `fsdp-ckpt save --fill SEED` / `load --check SEED` values.
 
-DESIGN.md §4.1: element i (row-major index in the global tensor; 0 for a
+docs/TestValues.md: element i (row-major index in the global tensor; 0 for a
 scalar) of checkpoint key k holds a value derived from
 
     N = ((i * 7919 + SEED * 104729 + fnv1a32(k)) mod 65521) - 32760

@@ -23,13 +23,6 @@ using namespace fsdp::runtime;
 
 namespace {
 
-/// MPI_COMM_WORLD under an MPI launcher, else a world of one.
-Result<std::unique_ptr<Communicator>> makeCommunicator(int *argc, char ***argv) {
-  if (launchedByMpi())
-    return createMpiCommunicator(argc, argv);
-  return createSingleProcessCommunicator();
-}
-
 /// POSIX storage, with a fault injected for the tests when asked.
 Result<std::unique_ptr<Storage>> makeStorage(const std::string &fault, int64_t faultRank,
                                              int64_t rank) {
@@ -217,7 +210,7 @@ int run(int argc, char **argv) {
   }
 
   const char *command = save->parsed() ? "save" : load->parsed() ? "load" : "reshard";
-  Result<std::unique_ptr<Communicator>> comm = makeCommunicator(&argc, &argv);
+  Result<std::unique_ptr<Communicator>> comm = createDefaultCommunicator(&argc, &argv);
   if (!comm)
     return fail(nullptr, command, comm.failure());
   int64_t rank = (*comm)->rank(), size = (*comm)->size();

@@ -77,6 +77,10 @@ Result<std::unique_ptr<Communicator>> createMpiCommunicator(int *argc, char ***a
 /// OMPI_COMM_WORLD_SIZE / PMI_SIZE).
 bool launchedByMpi();
 
+/// What a process uses when nobody hands it a group: MPI_COMM_WORLD under
+/// an MPI launcher, a world of one otherwise.
+Result<std::unique_ptr<Communicator>> createDefaultCommunicator(int *argc, char ***argv);
+
 } // namespace runtime
 } // namespace fsdp
 
