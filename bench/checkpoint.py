@@ -10,7 +10,7 @@ load` of the same layout against 2 processes reading the same files into
 buffers of their size, in the same (warm) cache state. Then PyTorch DCP (CPU, gloo, 2 processes)
 saves and loads the same tensors (bench/dcp_compare.py, with torch installed
 from PyPI into .venv-bench on first use), and reads our checkpoint back,
-checking sampled values. Prints one JSON line per figure (DESIGN.md §6), then
+checking sampled values. Prints one JSON line per figure (README.md, Benchmarks), then
 a summary.
 
 usage: bench/checkpoint.py [--build DIR] [--repeat N] [--workdir DIR] [--no-dcp]

@@ -9,7 +9,8 @@ a Python that has torch):
      (every tensor key of the checkpoint, same shapes and dtypes), times
      `dcp.save` (FileSystemWriter, fsync) and `dcp.load` of that state;
   3. `dcp.load`s OUR checkpoint into those DTensors and checks sampled
-     elements of every key against the DESIGN.md §4.1 values of SEED.
+     elements of every key against the test values of SEED
+     (docs/TestValues.md).
 Prints one JSON line per figure (rank 0).
 
 usage: python dcp_compare.py OUR_CHECKPOINT SEED WORKDIR
@@ -29,7 +30,7 @@ from torch.distributed.tensor import DTensor, Shard
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "test", "Runtime"))
-import test_values  # noqa: E402  (the §4.1 formula, standard library only)
+import test_values  # noqa: E402  (docs/TestValues.md, standard library only)
 
 
 def state_dict(metadata, mesh, rank, world):

@@ -6,8 +6,9 @@ description (126 decoder layers, one fully_shard unit each), then measures
 `fsdp-translate --import-model-json` + `fsdp-opt --fsdp-lower-fully-shard`
 (seconds, and peak RSS of the larger of the two processes), and, up to 1,024
 ranks, `--emit-layout-json` (which lists every rank, so it grows with the
-world). Prints one JSON line per figure (DESIGN.md §6): ratios are
-ref/ours against the bars (2 s and 1 GiB at 16,384 ranks), higher is better.
+world). Prints one JSON line per figure (README.md, Benchmarks): ratios are
+ref/ours against the bars (2 s and 1 GiB at 16,384 ranks), higher is better;
+a time below the timing resolution prints as 0 with a null ratio.
 
 usage: bench/lower.py [--build DIR] [--ranks 8,1024,16384] [--repeat N]
 """
@@ -38,11 +39,27 @@ def run(argv):
     return seconds, usage.ru_maxrss / 1024.0
 
 
+def significant(x, digits):
+    """x to `digits` significant digits (not decimal places: a plan timed in
+    microseconds must not print as 0)."""
+    return float(f"{x:.{digits}g}")
+
+
 def emit(name, value, unit, ref, ranks, higher_is_better=False):
-    ratio = (value / ref) if higher_is_better else (ref / value if value else 0.0)
-    print(json.dumps({"name": name, "value": round(value, 4), "unit": unit,
-                      "vs": "ceiling", "ref": ref, "ratio": round(ratio, 3),
-                      "ranks": ranks}), flush=True)
+    """One figure. The ratio is computed from the unrounded value; a time of
+    zero (below the timing resolution) has no ratio (null) rather than an
+    invented one."""
+    figure = {"name": name, "value": significant(value, 6), "unit": unit,
+              "vs": "ceiling", "ref": ref}
+    if higher_is_better:
+        figure["ratio"] = significant(value / ref, 4)
+    elif value > 0:
+        figure["ratio"] = significant(ref / value, 4)
+    else:
+        figure["ratio"] = None
+        figure["note"] = "below timing resolution"
+    figure["ranks"] = ranks
+    print(json.dumps(figure), flush=True)
 
 
 def main():
@@ -87,8 +104,11 @@ def main():
             t_plan = min(run([translate, "--emit-checkpoint-plan", lowered,
                               f"--plan-ranks={middle}", "-o", plan])[0]
                          for _ in range(args.repeat))
-            emit("plan", max(t_plan - t_parse, 1e-6), "s", ONE_PLAN_BAR_S, ranks)
-            line += (f", one rank's plan {max(t_plan - t_parse, 0):.3f} s past parsing "
+            # Noise can make the difference negative: that is no measurable
+            # cost (0, no ratio), not a cost of zero-plus-epsilon.
+            t_one = max(t_plan - t_parse, 0.0)
+            emit("plan", t_one, "s", ONE_PLAN_BAR_S, ranks)
+            line += (f", one rank's plan {t_one:.3g} s past parsing "
                      f"({os.path.getsize(plan) / 2**10:.0f} KiB)")
             if args.all_plans and ranks <= args.all_plans_max:
                 split = os.path.join(tmp, f"405b-{ranks}.plans")

@@ -5,7 +5,7 @@
 // The same bytes are also read as an integrity index.
 //
 // With -DFSDP_FUZZ_MAKE_SEED the program instead writes a valid plan (the
-// worked example of reference §8.1) to argv[1], the fuzzer's seed.
+// worked example of docs/MegatronFSDPLayout.md) to argv[1], the fuzzer's seed.
 //
 //===----------------------------------------------------------------------===//
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Write an fsdp-model-v1 description (DESIGN.md section 4.2) of a Llama model.
+"""Write an fsdp-model-v1 description (docs/ModelDescription.md) of a Llama model.
 
 The module tree follows Hugging Face ``LlamaForCausalLM``:
 

@@ -31,7 +31,7 @@ uint64_t alignUp(uint64_t value, uint64_t alignment) {
 }
 
 /// The hyper-parameters PyTorch 2.11's Adam/AdamW state dict holds, in its
-/// order (reference/dcp-format.md §8).
+/// order (docs/CheckpointFormat.md).
 const char *const kHyperParameters[] = {
     "lr",         "betas",          "eps",   "weight_decay",
     "amsgrad",    "maximize",       "foreach", "capturable",

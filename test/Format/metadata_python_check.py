@@ -2,7 +2,7 @@
 """Checks what lib/Format writes with CPython's own pickle and zipfile.
 
 No torch is needed: stand-in classes are installed at the module paths PyTorch
-DCP uses (reference/dcp-format.md §1.6) and behave like torch's where it
+DCP uses (docs/CheckpointFormat.md) and behave like torch's where it
 matters for unpickling (TensorProperties.__setstate__ takes the 5-tuple and
 needs an enum member, MetadataIndex is a frozen dataclass hashed on
 (fqn, offset), torch.Size is a tuple).

@@ -1,10 +1,10 @@
 //===- LayoutTest.cpp - Packing, mesh ranges, pieces, verification --------===//
 //
-// Fixed vectors come from reference/megatron-fsdp-layout.md §7 (upstream
-// Megatron-FSDP unit tests) and §8 (worked example). The property tests
-// compare the library against a deliberately plain restatement of §2.2-2.4
-// written below (list-based packing, closed-form shard index, element-by-
-// element buffer simulation).
+// Fixed vectors are the test vectors (upstream Megatron-FSDP unit tests) and
+// the worked example of docs/MegatronFSDPLayout.md. The property tests
+// compare the library against a deliberately plain restatement of its
+// packing, rank range and piece rules written below (list-based packing,
+// closed-form shard index, element-by-element buffer simulation).
 //
 //===----------------------------------------------------------------------===//
 
@@ -72,7 +72,7 @@ bool contains(const std::string &text, const std::string &part) {
 }
 
 //===----------------------------------------------------------------------===//
-// Reference §7: upstream test vectors
+// Test vectors (docs/MegatronFSDPLayout.md): upstream Megatron-FSDP tests
 //===----------------------------------------------------------------------===//
 
 TEST(LayoutVectors, PadsToLcm) {
@@ -161,7 +161,7 @@ TEST(LayoutVectors, TiedWeightAnyWorldSize) {
 }
 
 //===----------------------------------------------------------------------===//
-// Reference §8: worked example P0 = [5,3], P1 = [7], P2 = [4,4]
+// Worked example (docs/MegatronFSDPLayout.md): P0 = [5,3], P1 = [7], P2 = [4,4]
 //===----------------------------------------------------------------------===//
 
 const std::vector<Shape> kExample = {{5, 3}, {7}, {4, 4}};
@@ -251,13 +251,13 @@ TEST(WorkedExample, Hfsdp) {
       EXPECT_EQ(rank, o * 2 + i);
       EXPECT_EQ(localRange(layout.size, mesh, {o, i}, placements),
                 (Range{24 * i + 12 * o, 24 * i + 12 * o + 12}));
-      // Buffer order is 2i + o: the §8.1 table row.
+      // Buffer order is 2i + o: the row of the 4-rank worked example.
       EXPECT_EQ(shardIndex(rank, mesh, placements), 2 * i + o);
       EXPECT_EQ(shardCoords(2 * i + o, mesh, placements), (std::vector<int64_t>{o, i}));
     }
   std::vector<Range> ranges = rankRanges(layout.size, mesh, placements);
   EXPECT_EQ(ranges, (std::vector<Range>{{0, 12}, {24, 36}, {12, 24}, {36, 48}}));
-  // The §8.1 pieces, reached through rank 2i + o in buffer order.
+  // The 4-rank worked example's pieces, reached through shard 2i + o.
   EXPECT_EQ(pieceOf(0, kExample[0], ranges[flatRank({1, 0}, mesh)]), (Piece{4, 1, 0}));
   EXPECT_EQ(pieceOf(20, kExample[2], ranges[flatRank({1, 0}, mesh)]), (Piece{0, 1, 8}));
   EXPECT_EQ(pieceOf(20, kExample[2], ranges[flatRank({0, 1}, mesh)]), (Piece{1, 3, 0}));
@@ -436,7 +436,7 @@ TEST(Errors, Placements) {
 
 class CorruptedLayout : public ::testing::Test {
 protected:
-  // The §8.1 layout: P0 [0,15), P2 [20,36), P1 [36,43), size 48, chunk 12.
+  // The worked example: P0 [0,15), P2 [20,36), P1 [36,43), size 48, chunk 12.
   PackedLayout good = mustPack(kExample, 4);
   const std::vector<int64_t> mesh = {4};
   const std::vector<Placement> placements = {S};
@@ -519,7 +519,7 @@ TEST_F(CorruptedLayout, CountsShapesAndMesh) {
 }
 
 //===----------------------------------------------------------------------===//
-// Reference restatement of §2.2-2.4 for the property tests.
+// A plain restatement of the layout rules for the property tests.
 //===----------------------------------------------------------------------===//
 
 namespace ref {

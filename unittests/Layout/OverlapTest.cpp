@@ -49,8 +49,9 @@ TEST(Intersect, Basics) {
 }
 
 TEST(OverlapRuns, RowRangesAreOneRun) {
-  // §8.1 P0 [5,3]: saved on 4 ranks as rows [0,4) and [4,5); a target split
-  // 2/2/1 reads rows [2,4) from the first saved chunk and [4,5) from the second.
+  // The worked example's P0 [5,3]: saved on 4 ranks as rows [0,4) and [4,5);
+  // a target split 2/2/1 reads rows [2,4) from the first saved chunk and
+  // [4,5) from the second.
   const std::vector<int64_t> shape = {5, 3};
   EXPECT_EQ(runsOf(rowRange(shape, 0, 4), rowRange(shape, 2, 2)),
             (std::vector<CopyRun>{{6, 0, 6}}));

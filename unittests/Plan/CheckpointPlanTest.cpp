@@ -125,9 +125,9 @@ void checkWholePlan(const ModelLayout &model) {
 
 TEST(CheckpointPlan, WorkedExamplePiecesPerRank) {
   ModelLayout model = workedExample();
-  // §8.1: rank 0 holds p0 rows [0,4); rank 1 p0 row 4 and p2 row 0; rank 2
-  // p2 rows [1,4); rank 3 all of p1. Steps go to rank i mod 4, the 12
-  // hyper-parameters to rank (3 + j) mod 4.
+  // The worked example: rank 0 holds p0 rows [0,4); rank 1 p0 row 4 and p2
+  // row 0; rank 2 p2 rows [1,4); rank 3 all of p1. Steps go to rank i mod 4,
+  // the 12 hyper-parameters to rank (3 + j) mod 4.
   std::vector<std::set<std::string>> expected = {
       {"model.p0@0", "optimizer.state.p0.exp_avg@0", "optimizer.state.p0.exp_avg_sq@0",
        "optimizer.state.p0.step", "optimizer.param_groups.0.betas",
@@ -148,7 +148,7 @@ TEST(CheckpointPlan, WorkedExamplePiecesPerRank) {
     EXPECT_EQ(keysOf(*plan), expected[rank]) << "rank " << rank;
   }
   Result<RankPlan> rank1 = planRank(model, 1);
-  // p2's row 0 lies at local element 8 of rank 1's shard (§8.1).
+  // p2's row 0 lies at local element 8 of rank 1's shard (worked example).
   for (const WriteItem &item : rank1->writes)
     if (item.key == "model.p2") {
       EXPECT_EQ(item.chunkOffsets, (dcp::Dims{0, 0}));

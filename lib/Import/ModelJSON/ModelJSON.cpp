@@ -1,7 +1,8 @@
 //===- ModelJSON.cpp - Import fsdp-model-v1 JSON ---------------------------===//
 //
-// Reads the model description of DESIGN.md §4.2 with LLVM's JSON parser and
-// builds the fsdp dialect. Every error names the JSON path at fault, e.g.
+// Reads the model description (docs/ModelDescription.md) with LLVM's JSON
+// parser and builds the fsdp dialect. Every error names the JSON path at
+// fault, e.g.
 // `module.children[1].params[0].shape: expected a list of positive integers`.
 // Each op's location is the JSON path inside the file, so verifier errors on
 // imported IR point back at the description too.

@@ -1,6 +1,6 @@
 //===- LayoutJSON.cpp - Emit fsdp-layout-v1 JSON ---------------------------===//
 //
-// DESIGN.md §4.3: every group's buffers, each parameter's offset and its
+// docs/LayoutJSON.md: every group's buffers, each parameter's offset and its
 // non-empty pieces on every rank that holds them, and every flat rank's
 // main-weight range. Streams with llvm::json::OStream: the layout of a large
 // mesh is written without building a DOM.

@@ -1,7 +1,8 @@
 // RUN: fsdp-opt %s -split-input-file -verify-diagnostics
 
 // Hand-written wrong layouts, each rejected by the verifier with a diagnostic.
-// The base layout is the worked example of reference §8.1 on 4 ranks.
+// The base layout is the worked example of docs/MegatronFSDPLayout.md on 4
+// ranks.
 
 // Two tensors overlap.
 fsdp.model @m {

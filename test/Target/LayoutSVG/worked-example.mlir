@@ -1,14 +1,15 @@
-// The layout picture of the worked example (reference §8.1): chunk 12,
-// size 48 on 4 ranks, bar 1200 px wide from x = 40 (25 px per element).
+// The layout picture of the worked example (docs/MegatronFSDPLayout.md):
+// chunk 12, size 48 on 4 ranks, bar 1200 px wide from x = 40 (25 px per
+// element).
 // Buffer: [0,15) p0 · [15,20) hole · [20,36) p2 · [36,43) p1 · [43,48) pad.
 // RUN: fsdp-translate --emit-layout-svg %s | FileCheck %s
 // RUN: fsdp-translate --emit-layout-svg --layout-svg-unit='(root)' %s | FileCheck %s
 // RUN: fsdp-translate --emit-layout-svg %s | FileCheck %s --check-prefix=SAFE
 // The unit filter names a unit; an unknown one is an error naming the units.
 // RUN: not fsdp-translate --emit-layout-svg --layout-svg-unit=model.layers.0 %s 2>&1 | FileCheck %s --check-prefix=UNIT
-// HSDP (§8.2): two shards of 24, each held by two ranks.
+// The HSDP variant: two shards of 24, each held by two ranks.
 // RUN: fsdp-translate --import-model-json %examples/worked-example-hsdp.json | fsdp-opt --fsdp-lower-fully-shard | fsdp-translate --emit-layout-svg | FileCheck %s --check-prefix=HSDP
-// HFSDP has four shards; shard 1 is held by rank 2 (coordinates (0, 1)).
+// HFSDP has four shards; shard 1 is held by rank 2 (coordinates (1, 0)).
 // RUN: fsdp-translate --import-model-json %examples/worked-example-hfsdp.json | fsdp-opt --fsdp-lower-fully-shard | fsdp-translate --emit-layout-svg | FileCheck %s --check-prefix=HFSDP
 
 module {

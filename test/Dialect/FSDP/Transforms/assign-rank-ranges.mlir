@@ -1,8 +1,8 @@
 // RUN: fsdp-opt %s --split-input-file --fsdp-assign-rank-ranges --verify-diagnostics | FileCheck %s
 
-// Reference §8.1 on 4 ranks: pieces per shard (rows [begin, end) at local
-// offset), buffers from the policy (f32 main weights, bf16 grads) and the
-// optimizer (f32 moments).
+// The worked example (docs/MegatronFSDPLayout.md) on 4 ranks: pieces per
+// shard (rows [begin, end) at local offset), buffers from the policy (f32
+// main weights, bf16 grads) and the optimizer (f32 moments).
 // CHECK-LABEL: fsdp.model @worked
 // CHECK:      fsdp.param_group @group0 unit "" : bf16 policy <[shard], main_params = f32, main_grads = bf16> chunk 12 size 48 shard_size 12 ranks [0, 12, 24, 36]
 // CHECK-SAME:   buffers [#fsdp.buffer<main_weight : f32>, #fsdp.buffer<model_weight : bf16>, #fsdp.buffer<main_grad : bf16>, #fsdp.buffer<exp_avg : f32>, #fsdp.buffer<exp_avg_sq : f32>] {
@@ -26,7 +26,7 @@ fsdp.model @worked {
 
 // -----
 
-// Reference §8.2 HSDP (replicate, shard) on (2, 2): inner rank i owns
+// Worked example, HSDP (replicate, shard) on (2, 2): inner rank i owns
 // [24 i, 24 i + 24) on both replicas.
 // CHECK-LABEL: fsdp.model @hsdp
 // CHECK:      chunk 12 size 48 shard_size 24 ranks [0, 24, 0, 24]
@@ -49,7 +49,7 @@ fsdp.model @hsdp {
 
 // -----
 
-// Reference §8.2 HFSDP (shard, shard) on (2, 2): rank (o, i) = 2o + i owns
+// Worked example, HFSDP (shard, shard) on (2, 2): rank (o, i) = 2o + i owns
 // [24 i + 12 o, +12): ranks 0..3 begin at 0, 24, 12, 36.
 // CHECK-LABEL: fsdp.model @hfsdp
 // CHECK:      chunk 12 size 48 shard_size 12 ranks [0, 24, 12, 36]

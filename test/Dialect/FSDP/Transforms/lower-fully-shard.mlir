@@ -5,9 +5,9 @@
 // RUN: fsdp-translate --import-model-json %examples/llama3-8b.json | fsdp-opt --fsdp-lower-fully-shard | FileCheck %s --check-prefix=LLAMA
 // RUN: fsdp-translate --import-model-json %examples/llama3-8b-hsdp.json | fsdp-opt --fsdp-lower-fully-shard | FileCheck %s --check-prefix=LLAMA-HSDP
 
-// The worked example of reference §8.1, line by line: chunk 12, size 48,
-// P0 at 0 (rows 0-3 on rank 0, row 4 on rank 1), P2 at 20 (row 0 on rank 1
-// at local element 8, rows 1-3 on rank 2), P1 at 36 (all on rank 3).
+// The worked example (docs/MegatronFSDPLayout.md), line by line: chunk 12,
+// size 48, P0 at 0 (rows 0-3 on rank 0, row 4 on rank 1), P2 at 20 (row 0 on
+// rank 1 at local element 8, rows 1-3 on rank 2), P1 at 36 (all on rank 3).
 // CHECK:      fsdp.param_group @group0 unit "" : bf16 policy <[shard], main_params = f32, main_grads = bf16>
 // CHECK-SAME:   chunk 12 size 48 shard_size 12 ranks [0, 12, 24, 36]
 // CHECK-SAME:   buffers [#fsdp.buffer<main_weight : f32>, #fsdp.buffer<model_weight : bf16>, #fsdp.buffer<main_grad : bf16>, #fsdp.buffer<exp_avg : f32>, #fsdp.buffer<exp_avg_sq : f32>] {
@@ -17,7 +17,8 @@
 // CHECK-NEXT: }
 // CHECK-NOT:  fsdp.param_group
 
-// §8.2: the layout is unchanged (size 48); HSDP inner rank i owns 24 elements.
+// Under HSDP and HFSDP the layout is unchanged (size 48); HSDP inner rank i
+// owns 24 elements.
 // HSDP:      chunk 12 size 48 shard_size 24 ranks [0, 24, 0, 24]
 // HSDP-NEXT:   fsdp.member ["p0"] : tensor<5x3xbf16> offset 0 pieces [0: [0, 5) at 0]
 // HSDP-NEXT:   fsdp.member ["p1"] : tensor<7xbf16> offset 36 pieces [1: [0, 7) at 12]

@@ -1,7 +1,8 @@
 // RUN: fsdp-opt %s --split-input-file --fsdp-pack-param-groups | FileCheck %s
 
-// Reference §8.1: chunk lcm(3, 1, 4) = 12; P2 is P0's conjugate at 20; P1
-// goes to the tail at 36; size padded to 12 x 4 = 48.
+// The worked example (docs/MegatronFSDPLayout.md): chunk lcm(3, 1, 4) = 12;
+// P2 is P0's conjugate at 20; P1 goes to the tail at 36; size padded to
+// 12 x 4 = 48.
 // CHECK-LABEL: fsdp.model @worked
 // CHECK:      fsdp.param_group @group0 unit "" : bf16 policy <[shard], main_params = f32> chunk 12 size 48 {
 // CHECK-NEXT:   fsdp.member ["p0"] : tensor<5x3xbf16> offset 0
@@ -23,8 +24,8 @@ fsdp.model @worked {
 
 // -----
 
-// Reference §7 fills_gaps (layout.py docstring): fragments fill holes at
-// row-aligned offsets; 5 ranks.
+// Test vector "fills gaps" (docs/MegatronFSDPLayout.md): fragments fill
+// holes at row-aligned offsets; 5 ranks.
 // CHECK-LABEL: fsdp.model @fills_gaps
 // CHECK:      chunk 12 size 60 {
 // CHECK-NEXT:   fsdp.member ["a"] : tensor<2x6xf32> offset 0
@@ -52,8 +53,9 @@ fsdp.model @fills_gaps {
 
 // -----
 
-// Reference §7 test_checkpoint.py fc1: the 16-row weight is split 9/7 on two
-// ranks (chunk 8, size 144); HSDP pads to the product of ALL mesh axes.
+// Test vector "the uneven fc1" (docs/MegatronFSDPLayout.md): the 16-row
+// weight is split 9/7 on two ranks (chunk 8, size 144); HSDP pads to the
+// product of ALL mesh axes.
 // CHECK-LABEL: fsdp.model @fc1_hsdp
 // CHECK:      chunk 8 size 160 {
 // CHECK-NEXT:   fsdp.member ["weight"] : tensor<16x8xf32> offset 0

@@ -6,9 +6,9 @@
 // LOUD: remark: 'p0' rows per rank are 4/1/0/0
 // RUN: fsdp-translate --import-model-json %S/../../../Import/ModelJSON/Inputs/torch-fsdp2-ws2.json | fsdp-opt --fsdp-lower-fully-shard=report-canonical-mismatch 2>&1 >/dev/null | FileCheck %s --check-prefix=FC1
 
-// Reference §8.1: every parameter's true pieces differ from canonical
-// Shard(0): P0 rows 4/1/0/0 vs 2/2/1/0, P1 0/0/0/7 vs 2/2/2/1, P2 0/1/3/0
-// vs 1/1/1/1. The IR is unchanged.
+// The worked example (docs/MegatronFSDPLayout.md): every parameter's true
+// pieces differ from canonical Shard(0): P0 rows 4/1/0/0 vs 2/2/1/0, P1
+// 0/0/0/7 vs 2/2/2/1, P2 0/1/3/0 vs 1/1/1/1. The IR is unchanged.
 // CHECK-LABEL: fsdp.model @worked
 // CHECK: fsdp.member ["p0"] : tensor<5x3xbf16> offset 0 pieces [0: [0, 4) at 0, 1: [4, 5) at 0]
 fsdp.model @worked {
@@ -78,6 +78,6 @@ fsdp.model @unassigned {
   }
 }
 
-// The real FSDP2 fixture's fc1 (reference §7 test_checkpoint.py): the 16-row
+// The real FSDP2 fixture's fc1 (test vector "the uneven fc1"): the 16-row
 // weight is 9/7 in the packed buffer where Shard(0) assumes 8/8.
 // FC1: remark: 'fc1.weight' rows per rank are 9/7 but canonical Shard(0) assumes 8/8

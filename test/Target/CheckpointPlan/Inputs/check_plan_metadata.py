@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Loads a planned DCP .metadata with CPython's pickle (torch stand-ins at the
-module paths of reference/dcp-format.md §1.6, no torch needed) and checks it:
-every key DESIGN.md §4.4 names is there, every tensor's chunks tile it exactly
+module paths docs/CheckpointFormat.md names, no torch needed) and checks it:
+every key docs/CheckpointFormat.md names is there, every tensor's chunks tile it exactly
 (no overlap, full volume), every chunk has a storage_data entry with the same
 offsets, and every hyper-parameter is a bytes item.
 

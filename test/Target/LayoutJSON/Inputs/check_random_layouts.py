@@ -4,8 +4,8 @@
 Generates random fsdp-model-v1 descriptions (meshes, placements, nested units,
 mixed dtypes, frozen and tied parameters), runs import -> lowering -> layout
 JSON through the real tools, and compares every group, offset, chunk and rank
-range with a plain re-statement of Megatron-FSDP v2's rules (reference
-megatron-fsdp-layout.md §2.1-2.4) written here, independently of the C++.
+range with a plain re-statement of Megatron-FSDP v2's rules
+(docs/MegatronFSDPLayout.md) written here, independently of the C++.
 
 usage: check_random_layouts.py FSDP_TRANSLATE FSDP_OPT [CASES] [SEED]
 """
@@ -135,7 +135,7 @@ def random_model(rng):
 
 
 def expected_groups(model):
-    """§2.1 grouping, then §2.2-2.4 for every group."""
+    """Grouping, then packing, rank ranges and pieces for every group."""
     sizes = [a["size"] for a in model["mesh"]]
     world = math.prod(sizes)
     groups = []
