@@ -103,8 +103,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (hasIndex)
     storage.files[std::string(kDir) + "/.fsdp-index"].assign(cursor, indexLength);
   cursor += indexLength;
-  storage.files[std::string(kDir) + "/__0_0.distcp"].assign(
-      cursor, size - 8 - metadataLength - indexLength);
+  storage.files[std::string(kDir) + "/__0_0.distcp"].assign(cursor, size - 8 - metadataLength -
+                                                                        indexLength);
   exercise(storage);
   InspectOptions options;
   options.json = data[size - 1] & 1; // text or JSON, by the last byte

@@ -4,8 +4,8 @@
 // an error into its kind's code and one line in the caller's buffer.
 //
 //===----------------------------------------------------------------------===//
-#include "fsdp/Runtime/fsdp_runtime.h"
 #include "fsdp/Runtime/Checkpointer.h"
+#include "fsdp/Runtime/fsdp_runtime.h"
 
 #include <cstring>
 #include <new>
@@ -60,8 +60,8 @@ CommunicatorCallbacks callbacksOf(const fsdp_comm &comm) {
 int openWith(const char *planPath, int allocate, Result<std::unique_ptr<Communicator>> comm,
              fsdp_checkpointer **out, char *error, size_t errorSize) {
   if (!out)
-    return report(error, errorSize, makeError("no place for the checkpointer",
-                                              ErrorKind::InvalidArgument));
+    return report(error, errorSize,
+                  makeError("no place for the checkpointer", ErrorKind::InvalidArgument));
   *out = nullptr;
   if (!comm)
     return report(error, errorSize, comm.failure());
@@ -148,8 +148,9 @@ int fsdp_verify(const char *dir, char *error, size_t errorSize) {
     return FSDP_OK;
   // The first problem says the most; the verdict counts them.
   std::string first = problems.substr(0, problems.find('\n'));
-  return report(error, errorSize,
-                propagate(status, first.empty() ? status.error() : first + " (" + status.error() + ")"));
+  return report(
+      error, errorSize,
+      propagate(status, first.empty() ? status.error() : first + " (" + status.error() + ")"));
 }
 
 int fsdp_fill_from_seed(fsdp_checkpointer *c, uint32_t seed, char *error, size_t errorSize) {

@@ -1,9 +1,9 @@
 //===- CheckpointReader.cpp - The one reader of a checkpoint directory ----===//
 #include "fsdp/Runtime/CheckpointReader.h"
+#include "RuntimeSupport.h"
 #include "fsdp/Format/Pickle.h"
 #include "fsdp/Layout/Overlap.h"
 #include "fsdp/Support/Printable.h"
-#include "RuntimeSupport.h"
 
 #include <algorithm>
 #include <new>
@@ -43,9 +43,9 @@ Result<std::string> readWholeFile(Storage &storage, const std::string &path, boo
     std::string prefix(std::min<uint64_t>((*file)->size(), 64u << 20), '\0');
     if (isPickle && (*file)->read(0, prefix.data(), prefix.size()))
       if (Result<pickle::Document> document = pickle::read(prefix))
-        return corrupt(printable(path) + ": the pickle ends at " +
-                       std::to_string(document->end()) + " but the file has " +
-                       std::to_string((*file)->size()) + " bytes (PyTorch writes none after it)");
+        return corrupt(printable(path) + ": the pickle ends at " + std::to_string(document->end()) +
+                       " but the file has " + std::to_string((*file)->size()) +
+                       " bytes (PyTorch writes none after it)");
     return makeError(printable(path) + ": " + std::to_string((*file)->size()) +
                          " bytes do not fit in memory",
                      ErrorKind::IO, ENOMEM);
@@ -80,9 +80,8 @@ std::string CheckpointReader::pathOf(const std::string &name) const {
   return printable(dir_ + "/" + name);
 }
 
-Result<std::unique_ptr<CheckpointReader>> CheckpointReader::open(const std::string &rawDir,
-                                                                 Storage &storage,
-                                                                 const ReaderOptions &options) {
+Result<std::unique_ptr<CheckpointReader>>
+CheckpointReader::open(const std::string &rawDir, Storage &storage, const ReaderOptions &options) {
   std::string dir = trimSlashes(rawDir);
   // However it is named (`D.fsdp-staging/.`, a link to it, a renamed copy),
   // a staging directory is a save that never committed.
@@ -119,8 +118,8 @@ Status CheckpointReader::readMetadataAndIndex() {
   metadata_ = metadata.take();
   for (const auto &[index, info] : metadata_.storageData)
     if (!isPlainFileName(info.relativePath))
-      return corrupt(pathOf(".metadata") + ": item " + printable(index.fqn) +
-                     " names the file '" + printable(info.relativePath) +
+      return corrupt(pathOf(".metadata") + ": item " + printable(index.fqn) + " names the file '" +
+                     printable(info.relativePath) +
                      "', which is not a plain name inside the checkpoint directory");
   for (size_t i = 0; i < metadata_.stateDictMetadata.size(); ++i)
     keys_[metadata_.stateDictMetadata[i].first] = i;
@@ -162,8 +161,8 @@ const dcp::StorageMetadata *CheckpointReader::find(const std::string &key) const
   return found == keys_.end() ? nullptr : &metadata_.stateDictMetadata[found->second].second;
 }
 
-const dcp::StorageInfo *
-CheckpointReader::storageOf(const std::string &key, const std::optional<dcp::Dims> &offsets) const {
+const dcp::StorageInfo *CheckpointReader::storageOf(const std::string &key,
+                                                    const std::optional<dcp::Dims> &offsets) const {
   if (!offsets) {
     auto found = bytesStorage_.find(key);
     return found == bytesStorage_.end() ? nullptr : found->second;
@@ -195,8 +194,8 @@ Status CheckpointReader::checkBounds(const std::string &key, const std::string &
 Status CheckpointReader::checkItemAgainstKey(const TensorItem &item, const std::string &key,
                                              const dcp::ChunkMetadata &chunk) const {
   const dcp::StorageMetadata *saved = find(key);
-  std::string where = item.path + ": item " + printable(key) + " at " +
-                      std::to_string(item.itemOffset);
+  std::string where =
+      item.path + ": item " + printable(key) + " at " + std::to_string(item.itemOffset);
   if (!saved || saved->isBytes)
     return corrupt(where + " is not a tensor in .metadata");
   if (item.record.dtype != saved->properties.dtype)
@@ -230,8 +229,8 @@ Result<TensorItem *> CheckpointReader::tensorItem(const std::string &key,
   if (!opened)
     return opened.failure();
   const zip::ByteSource &source = **opened;
-  if (Status status = checkBounds(key, where->relativePath, where->offset, where->length,
-                                  source.size());
+  if (Status status =
+          checkBounds(key, where->relativePath, where->offset, where->length, source.size());
       !status)
     return status.failure();
   auto item = std::make_unique<TensorItem>();
@@ -287,8 +286,7 @@ Result<TensorItem *> CheckpointReader::tensorItem(const std::string &key,
   for (const zip::Entry &other : archive->entries)
     if (&other != data && other.headerOffset >= data->dataOffset &&
         other.headerOffset < data->dataOffset + data->size)
-      return corrupt(prefix + "the storage record overlaps the record " +
-                     printable(other.name));
+      return corrupt(prefix + "the storage record overlaps the record " + printable(other.name));
   item->dataOffset = where->offset + data->dataOffset;
   item->dataCrc = data->crc;
   item->record = record.take();
@@ -304,8 +302,8 @@ Result<TensorItem *> CheckpointReader::tensorItem(const std::string &key,
   return slot.get();
 }
 
-Status CheckpointReader::readStorageRange(const TensorItem &item, uint64_t offset,
-                                          uint64_t count, char *destination) {
+Status CheckpointReader::readStorageRange(const TensorItem &item, uint64_t offset, uint64_t count,
+                                          char *destination) {
   if (!inBounds(offset, count, item.record.storageBytes()))
     return corrupt(item.path + ": read outside the item at " + std::to_string(item.itemOffset));
   return item.file->read(item.dataOffset + offset, destination, count);
@@ -402,8 +400,8 @@ Result<std::string> CheckpointReader::bytesItemRepr(const std::string &key) {
   if (!bytes)
     return bytes.failure();
   zip::MemorySource source(*bytes);
-  std::string where = pathOf(storageOf(key, std::nullopt)->relativePath) + ": item " +
-                      printable(key) + ": ";
+  std::string where =
+      pathOf(storageOf(key, std::nullopt)->relativePath) + ": item " + printable(key) + ": ";
   Result<zip::TorchSaveItem> item = zip::openTorchSaveItem(source);
   if (!item)
     return classify(item, where + printable(item.error()), ErrorKind::Corrupt);
@@ -496,8 +494,8 @@ Status CheckpointReader::verifyCrcs(std::string &report, size_t &problems) {
       ++problems;
       continue;
     }
-    if (Status status = checkBounds(index.fqn, info.relativePath, info.offset, info.length,
-                                    (*opened)->size());
+    if (Status status =
+            checkBounds(index.fqn, info.relativePath, info.offset, info.length, (*opened)->size());
         !status) {
       report += status.error() + "\n";
       ++problems;

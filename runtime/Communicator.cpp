@@ -229,8 +229,7 @@ Result<std::unique_ptr<Communicator>> createDefaultCommunicator(int *argc, char 
 }
 
 bool launchedByMpi() {
-  return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") ||
-         std::getenv("PMIX_RANK");
+  return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK");
 }
 
 } // namespace runtime

@@ -17,7 +17,8 @@ namespace {
 /// ENOENT is "not found"; every other errno an I/O error that keeps it.
 Error openError(const std::string &path, int error) {
   return makeError(path + ": cannot open: " + std::strerror(error),
-                   error == ENOENT || error == ENOTDIR ? ErrorKind::NotFound : ErrorKind::IO, error);
+                   error == ENOENT || error == ENOTDIR ? ErrorKind::NotFound : ErrorKind::IO,
+                   error);
 }
 
 const char *fileTypeName(mode_t mode) {
@@ -78,8 +79,7 @@ Result<std::unique_ptr<FileSource>> FileSource::open(const std::string &path) {
     return makeError(path + ": is " + fileTypeName(info.st_mode) + ", not a regular file",
                      ErrorKind::Corrupt);
   }
-  return std::unique_ptr<FileSource>(
-      new FileSource(path, fd, static_cast<uint64_t>(info.st_size)));
+  return std::unique_ptr<FileSource>(new FileSource(path, fd, static_cast<uint64_t>(info.st_size)));
 }
 
 FileSource::~FileSource() { ::close(fd_); }

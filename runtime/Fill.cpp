@@ -20,9 +20,8 @@ Status forEachPiece(const plan::RankPlan &plan, const RankBuffers &buffers, Visi
     for (size_t d = 1; d < read.chunkSizes.size(); ++d)
       rowSize *= static_cast<uint64_t>(read.chunkSizes[d]);
     uint64_t first = read.chunkOffsets.empty() ? 0 : read.chunkOffsets[0] * rowSize;
-    if (Status status = visit(read, static_cast<char *>(view->data) +
-                                        read.buffer.localOffset * elementSize,
-                              first);
+    if (Status status = visit(
+            read, static_cast<char *>(view->data) + read.buffer.localOffset * elementSize, first);
         !status)
       return status;
   }
@@ -31,14 +30,14 @@ Status forEachPiece(const plan::RankPlan &plan, const RankBuffers &buffers, Visi
 } // namespace
 
 Status fillFromSeed(const plan::RankPlan &plan, RankBuffers &buffers, uint32_t seed) {
-  Status status = forEachPiece(plan, buffers, [&](const plan::ReadItem &read, char *data,
-                                                  uint64_t first) -> Status {
-    if (Status s = fillTestValues(read.dtype, fnv1a32(read.key), first,
-                                  static_cast<uint64_t>(read.buffer.elements), seed, data);
-        !s)
-      return propagate(s, read.key + ": " + s.error());
-    return Status::success();
-  });
+  Status status = forEachPiece(
+      plan, buffers, [&](const plan::ReadItem &read, char *data, uint64_t first) -> Status {
+        if (Status s = fillTestValues(read.dtype, fnv1a32(read.key), first,
+                                      static_cast<uint64_t>(read.buffer.elements), seed, data);
+            !s)
+          return propagate(s, read.key + ": " + s.error());
+        return Status::success();
+      });
   if (!status)
     return status;
   // model_weight follows main_weight, as after an optimizer step.
@@ -57,18 +56,18 @@ Status fillFromSeed(const plan::RankPlan &plan, RankBuffers &buffers, uint32_t s
 }
 
 Status checkAgainstSeed(const plan::RankPlan &plan, const RankBuffers &buffers, uint32_t seed) {
-  return forEachPiece(plan, buffers, [&](const plan::ReadItem &read, char *data,
-                                         uint64_t first) -> Status {
-    if (Status s = checkTestValues(read.dtype, fnv1a32(read.key), first,
-                                   static_cast<uint64_t>(read.buffer.elements), seed, data);
-        !s) {
-      std::string offsets;
-      for (int64_t o : read.chunkOffsets)
-        offsets += (offsets.empty() ? "" : ", ") + std::to_string(o);
-      return propagate(s, read.key + " (chunk at [" + offsets + "]): " + s.error());
-    }
-    return Status::success();
-  });
+  return forEachPiece(
+      plan, buffers, [&](const plan::ReadItem &read, char *data, uint64_t first) -> Status {
+        if (Status s = checkTestValues(read.dtype, fnv1a32(read.key), first,
+                                       static_cast<uint64_t>(read.buffer.elements), seed, data);
+            !s) {
+          std::string offsets;
+          for (int64_t o : read.chunkOffsets)
+            offsets += (offsets.empty() ? "" : ", ") + std::to_string(o);
+          return propagate(s, read.key + " (chunk at [" + offsets + "]): " + s.error());
+        }
+        return Status::success();
+      });
 }
 
 } // namespace runtime

@@ -1,17 +1,17 @@
 //===- Load.cpp - Load any DCP checkpoint into a plan's layout ------------===//
+#include "RuntimeSupport.h"
 #include "fsdp/Layout/Overlap.h"
 #include "fsdp/Runtime/Checkpoint.h"
 #include "fsdp/Runtime/CheckpointReader.h"
 #include "fsdp/Runtime/Protocol.h"
-#include "fsdp/Support/Printable.h"
 #include "fsdp/Runtime/Values.h"
-#include "RuntimeSupport.h"
+#include "fsdp/Support/Printable.h"
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <new>
 #include <optional>
-#include <cstring>
 #include <unordered_map>
 
 namespace fsdp {
@@ -97,8 +97,8 @@ public:
                    active.end());
       for (const Overlap *earlier : active)
         if (std::optional<layout::Box> both = layout::intersect(earlier->overlap, overlap.overlap))
-          if (Status status =
-                  compareOverlap(**item, overlap, *earlier, *both, target, elementSize, base, read.key);
+          if (Status status = compareOverlap(**item, overlap, *earlier, *both, target, elementSize,
+                                             base, read.key);
               !status)
             return status;
       if (Status status = copyOverlap(**item, overlap.source, target, elementSize, base); !status)
@@ -131,7 +131,8 @@ public:
     if (Status status = reader_.readStorage(**item, storage.data()); !status)
       return propagate(status, read.key + ": " + status.error());
     float step = 0;
-    std::memcpy(&step, storage.data() + (*item)->record.storageOffset * sizeof(float), sizeof(step));
+    std::memcpy(&step, storage.data() + (*item)->record.storageOffset * sizeof(float),
+                sizeof(step));
     return step;
   }
 
@@ -156,8 +157,8 @@ private:
   /// reads `overlap`'s values in `both` and compares them with what
   /// `earlier` already put in the piece.
   Status compareOverlap(TensorItem &item, const Overlap &overlap, const Overlap &earlier,
-                        const layout::Box &both, const layout::Box &target,
-                        uint64_t elementSize, const char *base, const std::string &key) {
+                        const layout::Box &both, const layout::Box &target, uint64_t elementSize,
+                        const char *base, const std::string &key) {
     uint64_t elements = 1;
     for (int64_t size : both.sizes)
       elements *= static_cast<uint64_t>(size);
@@ -172,8 +173,7 @@ private:
                       base + run.dstElementOffset * elementSize, run.count * elementSize) != 0)
         return makeError(key + ": the saved chunks at " + dimsText(earlier.chunk->offsets) +
                              " and " + dimsText(overlap.chunk->offsets) + " in " +
-                             printable(reader_.dir()) +
-                             " overlap and hold different values there",
+                             printable(reader_.dir()) + " overlap and hold different values there",
                          ErrorKind::Corrupt);
     return Status::success();
   }
@@ -209,8 +209,8 @@ private:
     const char *elements = storage.data() + item.record.storageOffset * elementSize;
     if (!item.contiguous) {
       dense.assign(item.record.elementCount() * elementSize, '\0');
-      if (Status status = zip::copyToContiguous(item.record, storage.data(), storage.size(),
-                                                dense.data());
+      if (Status status =
+              zip::copyToContiguous(item.record, storage.data(), storage.size(), dense.data());
           !status)
         return status;
       elements = dense.data();
@@ -233,8 +233,9 @@ Status refreshModelWeights(const plan::RankPlan &plan, RankBuffers &buffers) {
     Result<BufferView> model = buffers.get(buffer.group, plan::BufferRole::ModelWeight);
     if (!main || !model)
       return makeError(!main ? main.error() : model.error());
-    if (Status status = castElements(main->dtype, main->data, model->dtype, model->data,
-                                     static_cast<uint64_t>(std::min(main->elements, model->elements)));
+    if (Status status =
+            castElements(main->dtype, main->data, model->dtype, model->data,
+                         static_cast<uint64_t>(std::min(main->elements, model->elements)));
         !status)
       return makeError("refreshing model_weight of group " + std::to_string(buffer.group) + ": " +
                        status.error());
@@ -281,9 +282,9 @@ Result<LoadResult> loadCheckpoint(const plan::RankPlan &plan, RankBuffers &buffe
       }
       if (status && options.progress && (loader->bytesRead() - reported > (256u << 20))) {
         reported = loader->bytesRead();
-        options.progress({loader->bytesRead(), total,
-                          std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-                              .count()});
+        options.progress(
+            {loader->bytesRead(), total,
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()});
       }
     }
     if (status) {
@@ -294,17 +295,18 @@ Result<LoadResult> loadCheckpoint(const plan::RankPlan &plan, RankBuffers &buffe
         result.bytesItems = bytes.take();
     }
   } catch (const std::bad_alloc &) {
-    status = makeError("out of memory while reading " + printable(trimSlashes(dir)),
-                       ErrorKind::IO, ENOMEM);
+    status = makeError("out of memory while reading " + printable(trimSlashes(dir)), ErrorKind::IO,
+                       ENOMEM);
   }
   if (status && options.syncModelWeights)
     status = refreshModelWeights(plan, buffers);
   if (Status agreed = agree(comm, status, options.root); !agreed)
-    return propagate(agreed, "load from " + printable(trimSlashes(dir)) + " failed: " +
-                                 agreed.error());
+    return propagate(agreed,
+                     "load from " + printable(trimSlashes(dir)) + " failed: " + agreed.error());
   uint64_t bytesRead = loader ? loader->bytesRead() : 0;
   result.stats.bytes = bytesRead;
-  result.stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result.stats.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (options.progress)
     options.progress({bytesRead, total, result.stats.seconds});
   return result;

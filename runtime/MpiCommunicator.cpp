@@ -45,9 +45,9 @@ public:
       return makeError("MPI_Comm_split: color and key must fit an int (color >= 0)",
                        ErrorKind::InvalidArgument);
     MPI_Comm child;
-    if (Status s = mpiCheck(MPI_Comm_split(comm_, static_cast<int>(color), static_cast<int>(key),
-                                           &child),
-                            "MPI_Comm_split");
+    if (Status s =
+            mpiCheck(MPI_Comm_split(comm_, static_cast<int>(color), static_cast<int>(key), &child),
+                     "MPI_Comm_split");
         !s)
       return s.failure();
     MPI_Comm_set_errhandler(child, MPI_ERRORS_RETURN);
@@ -79,8 +79,8 @@ public:
         return makeError("gather of " + std::to_string(total) + " bytes exceeds MPI's int counts");
       all.resize(static_cast<size_t>(total));
     }
-    if (Status s = mpiCheck(MPI_Gatherv(bytes.data(), static_cast<int>(mine), MPI_BYTE,
-                                        all.data(), counts.data(), displs.data(), MPI_BYTE,
+    if (Status s = mpiCheck(MPI_Gatherv(bytes.data(), static_cast<int>(mine), MPI_BYTE, all.data(),
+                                        counts.data(), displs.data(), MPI_BYTE,
                                         static_cast<int>(root), comm_),
                             "MPI_Gatherv");
         !s)
@@ -94,8 +94,7 @@ public:
 
   Result<std::string> broadcast(const std::string &bytes, int64_t root) override {
     long long length = static_cast<long long>(bytes.size());
-    if (Status s = mpiCheck(MPI_Bcast(&length, 1, MPI_LONG_LONG, static_cast<int>(root),
-                                      comm_),
+    if (Status s = mpiCheck(MPI_Bcast(&length, 1, MPI_LONG_LONG, static_cast<int>(root), comm_),
                             "MPI_Bcast");
         !s)
       return s.failure();

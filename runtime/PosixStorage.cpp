@@ -4,9 +4,8 @@
 
 #include <cerrno>
 #include <chrono>
-#include <csignal>
-#include <thread>
 #include <climits>
+#include <csignal>
 #include <cstring>
 #include <dirent.h>
 #include <fcntl.h>
@@ -16,6 +15,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
+#include <thread>
 #include <unistd.h>
 
 namespace fsdp {
@@ -126,8 +126,7 @@ public:
         std::string current = error == EWOULDBLOCK ? readHolder(fd) : "";
         ::close(fd);
         if (error == EWOULDBLOCK)
-          return makeError(lockPath + ": busy: another save holds this target (" +
-                               current + ")",
+          return makeError(lockPath + ": busy: another save holds this target (" + current + ")",
                            ErrorKind::Busy);
         return errnoError(lockPath, "cannot lock", error);
       }

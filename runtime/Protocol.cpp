@@ -47,10 +47,10 @@ Status agreeThenDecide(Communicator &comm, const Status &local, const std::strin
     for (size_t r = 0; r < gathered->size() && decided; ++r) {
       Outcome outcome = decodeOutcome((*gathered)[r]);
       if (!outcome.status)
-        decided = comm.size() > 1 ? Status(propagate(outcome.status, "rank " + std::to_string(r) +
-                                                                         ": " +
-                                                                         outcome.status.error()))
-                                  : outcome.status;
+        decided = comm.size() > 1
+                      ? Status(propagate(outcome.status, "rank " + std::to_string(r) + ": " +
+                                                             outcome.status.error()))
+                      : outcome.status;
       payloads.push_back(std::move(outcome.payload));
     }
     if (decided && decide)

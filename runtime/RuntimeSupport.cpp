@@ -51,7 +51,8 @@ std::string lockPathFor(const std::string &target) { return target + ".fsdp-lock
 
 Status refuseStagingDir(const std::string &dir) {
   std::string suffix = kStagingSuffix;
-  if (dir.size() >= suffix.size() && dir.compare(dir.size() - suffix.size(), suffix.size(), suffix) == 0)
+  if (dir.size() >= suffix.size() &&
+      dir.compare(dir.size() - suffix.size(), suffix.size(), suffix) == 0)
     return makeError(dir + " is the staging directory of a save that never committed; "
                            "it is incomplete and is not read",
                      ErrorKind::NotFound);

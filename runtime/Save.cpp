@@ -1,15 +1,15 @@
 //===- Save.cpp - Execute a save plan -------------------------------------===//
+#include "RuntimeSupport.h"
 #include "fsdp/Format/IntegrityIndex.h"
 #include "fsdp/Format/Zip.h"
 #include "fsdp/Runtime/Checkpoint.h"
 #include "fsdp/Runtime/CheckpointReader.h"
 #include "fsdp/Runtime/Protocol.h"
-#include "RuntimeSupport.h"
 
 #include <chrono>
+#include <cstring>
 #include <ctime>
 #include <unistd.h>
-#include <cstring>
 
 namespace fsdp {
 namespace runtime {
@@ -40,7 +40,8 @@ struct ItemWriter {
       return propagate(cached, item.key + ": " + cached.error());
     const zip::ItemLayout &layout = **cached;
     if (layout.totalSize != item.itemLength ||
-        item.itemOffset + layout.dataOffset != item.dataOffset || layout.dataSize != item.dataLength)
+        item.itemOffset + layout.dataOffset != item.dataOffset ||
+        layout.dataSize != item.dataLength)
       return makeError(item.key + ": the plan's item layout does not match this runtime's "
                                   "(re-emit the plan with this build)");
     const char *bytesIn = static_cast<const char *>(data);
@@ -56,13 +57,15 @@ struct ItemWriter {
     zip::ItemLayout filled = layout; // the trailer carries this item's CRC
     filled.setDataCrc(crc);
     hash.update(filled.trailer.data(), filled.trailer.size());
-    if (Status status = file.writeAt(item.itemOffset, {{filled.header.data(), filled.header.size()},
-                                                       {data, layout.dataSize},
-                                                       {filled.trailer.data(), filled.trailer.size()}});
+    if (Status status =
+            file.writeAt(item.itemOffset, {{filled.header.data(), filled.header.size()},
+                                           {data, layout.dataSize},
+                                           {filled.trailer.data(), filled.trailer.size()}});
         !status)
       return propagate(status, status.error() + " (item " + item.key + ")");
-    checksums.push_back({itemChecksumKey(item.key, item.chunkOffsets, item.source != plan::ItemSource::Bytes),
-                         baseName(file.path()), item.itemOffset, item.itemLength, hash.digest()});
+    checksums.push_back(
+        {itemChecksumKey(item.key, item.chunkOffsets, item.source != plan::ItemSource::Bytes),
+         baseName(file.path()), item.itemOffset, item.itemLength, hash.digest()});
     bytes += item.itemLength;
     return Status::success();
   }
@@ -129,8 +132,9 @@ Status writeRankFile(const plan::RankPlan &plan, const RankBuffers &buffers,
       return status;
     if (options.progress && (writer.bytes - reported > (256u << 20) || writer.bytes == total)) {
       reported = writer.bytes;
-      options.progress({writer.bytes, total,
-                        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()});
+      options.progress(
+          {writer.bytes, total,
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()});
     }
   }
   if (Status status = (*file)->sync(); !status)
@@ -216,8 +220,8 @@ Result<TransferStats> saveCheckpoint(const plan::PlanFile &planFile, const plan:
   std::string target = trimSlashes(dir);
   std::string staging = stagingDirFor(target);
   if (comm.size() != planFile.worldSize())
-    return makeError("the plan is for " + std::to_string(planFile.worldSize()) +
-                         " ranks but " + std::to_string(comm.size()) + " are running",
+    return makeError("the plan is for " + std::to_string(planFile.worldSize()) + " ranks but " +
+                         std::to_string(comm.size()) + " are running",
                      ErrorKind::InvalidArgument);
 
   // 1. The committing rank claims the target before anyone writes, and holds
@@ -236,8 +240,9 @@ Result<TransferStats> saveCheckpoint(const plan::PlanFile &planFile, const plan:
       claim = claimed.take();
     targetExists = prepared && storage.exists(target);
     if (prepared && targetExists && !options.overwrite)
-      prepared = makeError(target + ": a checkpoint already exists (pass --overwrite to replace it)",
-                           ErrorKind::InvalidArgument);
+      prepared =
+          makeError(target + ": a checkpoint already exists (pass --overwrite to replace it)",
+                    ErrorKind::InvalidArgument);
     if (prepared)
       prepared = storage.removeTree(staging);
     if (prepared)
@@ -270,16 +275,15 @@ Result<TransferStats> saveCheckpoint(const plan::PlanFile &planFile, const plan:
     }
     return commit(planFile, staging, target, targetExists, storage, options, all);
   };
-  Status committed =
-      agreeThenDecide(comm, wrote, integrity::serializeIndex(mine), root, commitAll);
+  Status committed = agreeThenDecide(comm, wrote, integrity::serializeIndex(mine), root, commitAll);
   if (comm.rank() == root) {
     if (!committed)
       (void)storage.removeTree(staging); // nothing committed; the target is untouched
     claim.reset();                       // the next save may start
   }
   if (!committed)
-    return propagate(committed, "save to " + target + " failed, nothing committed: " +
-                                    committed.error());
+    return propagate(committed,
+                     "save to " + target + " failed, nothing committed: " + committed.error());
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return stats;
 }

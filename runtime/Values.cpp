@@ -59,7 +59,7 @@ inline uint16_t toHalf(float value) {
     return static_cast<uint16_t>(sign | 0x7e00u | ((mag >> 13) & 0x3ffu));
   if (mag >= 0x477ff000u) // >= 65520 = 65504 + half an ulp (ties go to even: inf)
     return static_cast<uint16_t>(sign | 0x7c00u);
-  if (mag >= 0x38800000u) { // >= 2^-14: normal half
+  if (mag >= 0x38800000u) {               // >= 2^-14: normal half
     uint32_t rebased = mag - 0x38000000u; // exponent bias 127 -> 15
     rebased += 0xfffu + ((rebased >> 13) & 1u);
     return static_cast<uint16_t>(sign | (rebased >> 13));
@@ -225,9 +225,7 @@ template <typename T> std::string numberText(T value) {
 /// Python prints it.
 std::string floatText(float value) { return numberText(static_cast<double>(value)); }
 
-template <typename T> struct Tag {
-  using type = T;
-};
+template <typename T> struct Tag { using type = T; };
 
 /// Calls visit(Tag<Storage>, make, text) for a dtype with test values, where
 /// make(N) is the stored element and text(element) prints it; returns false
@@ -236,56 +234,70 @@ template <typename Visit> bool visitDType(dcp::DType dtype, Visit visit) {
   using dcp::DType;
   switch (dtype) {
   case DType::Float64:
-    visit(Tag<double>{}, [](int32_t n) { return static_cast<double>(n) * (1.0 / 256); },
-          [](double v) { return numberText(v); });
+    visit(
+        Tag<double>{}, [](int32_t n) { return static_cast<double>(n) * (1.0 / 256); },
+        [](double v) { return numberText(v); });
     return true;
   case DType::Float32:
-    visit(Tag<float>{}, [](int32_t n) { return static_cast<float>(n) * (1.0f / 256); },
-          [](float v) { return floatText(v); });
+    visit(
+        Tag<float>{}, [](int32_t n) { return static_cast<float>(n) * (1.0f / 256); },
+        [](float v) { return floatText(v); });
     return true;
   case DType::BFloat16:
-    visit(Tag<uint16_t>{},
-          [](int32_t n) { return toBFloat16NotNaN(static_cast<float>(n) * (1.0f / 256)); },
-          [](uint16_t v) { return floatText(fromBFloat16(v)); });
+    visit(
+        Tag<uint16_t>{},
+        [](int32_t n) { return toBFloat16NotNaN(static_cast<float>(n) * (1.0f / 256)); },
+        [](uint16_t v) { return floatText(fromBFloat16(v)); });
     return true;
   case DType::Float16:
-    visit(Tag<uint16_t>{}, [](int32_t n) { return toHalfNormalOrZero(static_cast<float>(n) * (1.0f / 256)); },
-          [](uint16_t v) { return floatText(fromHalf(v)); });
+    visit(
+        Tag<uint16_t>{},
+        [](int32_t n) { return toHalfNormalOrZero(static_cast<float>(n) * (1.0f / 256)); },
+        [](uint16_t v) { return floatText(fromHalf(v)); });
     return true;
   case DType::Int64:
-    visit(Tag<int64_t>{}, [](int32_t n) { return static_cast<int64_t>(n); },
-          [](int64_t v) { return numberText(v); });
+    visit(
+        Tag<int64_t>{}, [](int32_t n) { return static_cast<int64_t>(n); },
+        [](int64_t v) { return numberText(v); });
     return true;
   case DType::Int32:
-    visit(Tag<int32_t>{}, [](int32_t n) { return n; }, [](int32_t v) { return numberText(v); });
+    visit(
+        Tag<int32_t>{}, [](int32_t n) { return n; }, [](int32_t v) { return numberText(v); });
     return true;
   case DType::Int16:
-    visit(Tag<int16_t>{}, [](int32_t n) { return static_cast<int16_t>(n); },
-          [](int16_t v) { return numberText(v); });
+    visit(
+        Tag<int16_t>{}, [](int32_t n) { return static_cast<int16_t>(n); },
+        [](int16_t v) { return numberText(v); });
     return true;
   case DType::Int8: // two's complement wrap (as torch's int -> int8 cast)
-    visit(Tag<int8_t>{}, [](int32_t n) { return static_cast<int8_t>(static_cast<uint8_t>(n)); },
-          [](int8_t v) { return numberText(static_cast<int>(v)); });
+    visit(
+        Tag<int8_t>{}, [](int32_t n) { return static_cast<int8_t>(static_cast<uint8_t>(n)); },
+        [](int8_t v) { return numberText(static_cast<int>(v)); });
     return true;
   case DType::UInt8:
-    visit(Tag<uint8_t>{}, [](int32_t n) { return static_cast<uint8_t>(n); },
-          [](uint8_t v) { return numberText(static_cast<unsigned>(v)); });
+    visit(
+        Tag<uint8_t>{}, [](int32_t n) { return static_cast<uint8_t>(n); },
+        [](uint8_t v) { return numberText(static_cast<unsigned>(v)); });
     return true;
   case DType::UInt16:
-    visit(Tag<uint16_t>{}, [](int32_t n) { return static_cast<uint16_t>(n); },
-          [](uint16_t v) { return numberText(static_cast<unsigned>(v)); });
+    visit(
+        Tag<uint16_t>{}, [](int32_t n) { return static_cast<uint16_t>(n); },
+        [](uint16_t v) { return numberText(static_cast<unsigned>(v)); });
     return true;
   case DType::UInt32:
-    visit(Tag<uint32_t>{}, [](int32_t n) { return static_cast<uint32_t>(n); },
-          [](uint32_t v) { return numberText(v); });
+    visit(
+        Tag<uint32_t>{}, [](int32_t n) { return static_cast<uint32_t>(n); },
+        [](uint32_t v) { return numberText(v); });
     return true;
   case DType::UInt64:
-    visit(Tag<uint64_t>{}, [](int32_t n) { return static_cast<uint64_t>(static_cast<int64_t>(n)); },
-          [](uint64_t v) { return numberText(v); });
+    visit(
+        Tag<uint64_t>{}, [](int32_t n) { return static_cast<uint64_t>(static_cast<int64_t>(n)); },
+        [](uint64_t v) { return numberText(v); });
     return true;
   case DType::Bool:
-    visit(Tag<uint8_t>{}, [](int32_t n) { return static_cast<uint8_t>(n % 2 != 0); },
-          [](uint8_t v) { return numberText(static_cast<unsigned>(v)); });
+    visit(
+        Tag<uint8_t>{}, [](int32_t n) { return static_cast<uint8_t>(n % 2 != 0); },
+        [](uint8_t v) { return numberText(static_cast<unsigned>(v)); });
     return true;
   default:
     return false;
@@ -365,10 +377,11 @@ Status fillTestValues(dcp::DType dtype, uint32_t keyHash, uint64_t firstElement,
   unsigned char *bytes = static_cast<unsigned char *>(out);
   bool known = visitDType(dtype, [&](auto tag, auto make, auto) {
     using T = typename decltype(tag)::type;
-    forEachRun(keyHash, firstElement, count, seed, [&](uint32_t residue, uint64_t offset, uint64_t n) {
-      fillRun<T>(residue, n, bytes + offset * sizeof(T), make);
-      return true;
-    });
+    forEachRun(keyHash, firstElement, count, seed,
+               [&](uint32_t residue, uint64_t offset, uint64_t n) {
+                 fillRun<T>(residue, n, bytes + offset * sizeof(T), make);
+                 return true;
+               });
   });
   if (!known)
     return noTestValues(dtype);
@@ -381,19 +394,20 @@ Status checkTestValues(dcp::DType dtype, uint32_t keyHash, uint64_t firstElement
   std::string mismatch;
   bool known = visitDType(dtype, [&](auto tag, auto make, auto text) {
     using T = typename decltype(tag)::type;
-    forEachRun(keyHash, firstElement, count, seed, [&](uint32_t residue, uint64_t offset, uint64_t n) {
-      const unsigned char *run = bytes + offset * sizeof(T);
-      uint64_t at = checkRun<T>(residue, n, run, make);
-      if (at == n)
-        return true;
-      uint64_t index = firstElement + offset + at;
-      T found;
-      std::memcpy(&found, run + at * sizeof(T), sizeof(T));
-      T expected = make(testValue(keyHash, index, seed));
-      mismatch = "element " + std::to_string(index) + ": found " + text(found) + ", expected " +
-                 text(expected);
-      return false;
-    });
+    forEachRun(keyHash, firstElement, count, seed,
+               [&](uint32_t residue, uint64_t offset, uint64_t n) {
+                 const unsigned char *run = bytes + offset * sizeof(T);
+                 uint64_t at = checkRun<T>(residue, n, run, make);
+                 if (at == n)
+                   return true;
+                 uint64_t index = firstElement + offset + at;
+                 T found;
+                 std::memcpy(&found, run + at * sizeof(T), sizeof(T));
+                 T expected = make(testValue(keyHash, index, seed));
+                 mismatch = "element " + std::to_string(index) + ": found " + text(found) +
+                            ", expected " + text(expected);
+                 return false;
+               });
   });
   if (!known)
     return noTestValues(dtype);

@@ -48,9 +48,9 @@ inline plan::GroupSpec makeGroup(const std::string &unit,
 }
 
 /// The worked example: p0 [5,3], p1 [7], p2 [4,4] in one bf16 unit.
-inline plan::ModelLayout
-workedExample(std::vector<int64_t> mesh = {4},
-              std::vector<layout::Placement> placements = {layout::Placement::Shard}) {
+inline plan::ModelLayout workedExample(std::vector<int64_t> mesh = {4},
+                                       std::vector<layout::Placement> placements = {
+                                           layout::Placement::Shard}) {
   plan::ModelLayout model;
   for (size_t i = 0; i < mesh.size(); ++i)
     model.meshAxisNames.push_back("a" + std::to_string(i));
@@ -58,8 +58,8 @@ workedExample(std::vector<int64_t> mesh = {4},
   model.optimizer.present = true;
   model.optimizer.decoupledWeightDecay = true;
   model.optimizer.weightDecay = 0.01;
-  model.groups.push_back(makeGroup("", {{"p0"}, {"p1"}, {"p2"}}, {{5, 3}, {7}, {4, 4}}, mesh,
-                                   placements));
+  model.groups.push_back(
+      makeGroup("", {{"p0"}, {"p1"}, {"p2"}}, {{5, 3}, {7}, {4, 4}}, mesh, placements));
   model.optimizerParams = {"p0", "p1", "p2"};
   return model;
 }

@@ -15,8 +15,7 @@ using pickle::Value;
 namespace {
 
 constexpr const char *kMetadataModule = "torch.distributed.checkpoint.metadata";
-constexpr const char *kOldPropertiesModule =
-    "torch.distributed._shard.sharded_tensor.metadata";
+constexpr const char *kOldPropertiesModule = "torch.distributed._shard.sharded_tensor.metadata";
 constexpr const char *kFilesystemModule = "torch.distributed.checkpoint.filesystem";
 
 const DTypeInfo kDTypes[] = {
@@ -58,10 +57,10 @@ struct Budget {
 struct Where {
   const Where *parent = nullptr;
   Budget *budget = nullptr; // on the root of each chain
-  std::string_view text;  // appended as is: "state_dict_metadata", ".size"
-  std::string_view key;   // rendered ['key'] when hasKey
+  std::string_view text;    // appended as is: "state_dict_metadata", ".size"
+  std::string_view key;     // rendered ['key'] when hasKey
   bool hasKey = false;
-  int64_t index = -1;     // rendered [index] when >= 0
+  int64_t index = -1; // rendered [index] when >= 0
 
   std::string str() const {
     std::string s = parent ? parent->str() : std::string();
@@ -175,8 +174,7 @@ Result<const Value *> objectState(const Value *v, const char *module, const char
   if (!v || !v->isObjectOf(module, cls))
     return bad(where, std::string("expected a ") + cls + ", got " + describe(v));
   if (v->state && v->state->kind != Kind::Dict)
-    return bad(where, std::string(cls) + " state is " + describe(v->state) +
-                          ", expected a dict");
+    return bad(where, std::string(cls) + " state is " + describe(v->state) + ", expected a dict");
   return v->state;
 }
 
@@ -309,8 +307,7 @@ Result<StorageMetadata> toStorageMetadata(const Value *v, const Where &where) {
   for (size_t i = 0; i < chunks->items.size(); ++i) {
     Where at = chunksAt;
     at.index = static_cast<int64_t>(i);
-    auto chunkState =
-        objectState(chunks->items[i], kMetadataModule, "ChunkStorageMetadata", at);
+    auto chunkState = objectState(chunks->items[i], kMetadataModule, "ChunkStorageMetadata", at);
     if (!chunkState)
       return chunkState.failure();
     ChunkMetadata chunk;
@@ -396,8 +393,7 @@ Result<StorageInfo> toStorageInfo(const Value *v, const Where &where) {
 Result<std::string> toPathString(const Value *v, const Where &where) {
   if (v && v->kind == Kind::String)
     return v->text;
-  if (!v || v->kind != Kind::Object || !v->callable ||
-      v->callable->text.rfind("pathlib", 0) != 0)
+  if (!v || v->kind != Kind::Object || !v->callable || v->callable->text.rfind("pathlib", 0) != 0)
     return bad(where, "expected a str or a pathlib path, got " + describe(v));
   std::string path;
   for (const Value *part : argsOf(v)) {
@@ -471,8 +467,7 @@ toPlannerData(const Value *v, Budget &budget) {
           return std::nullopt;
         budget.left -= part->text.size();
         parts.emplace_back(part->text);
-      }
-      else if (part->kind == Kind::Int)
+      } else if (part->kind == Kind::Int)
         parts.emplace_back(part->integer);
       else
         return std::nullopt;
@@ -716,7 +711,7 @@ Status validateMetadata(const Metadata &metadata) {
   std::vector<std::vector<uint32_t>> byOffsets(entries.size());
   size_t slots = 0;
   for (size_t e = 0; e < entries.size(); ++e) {
-    const std::string &fqn = entries[e].first; // (no structured bindings:
+    const std::string &fqn = entries[e].first;        // (no structured bindings:
     const StorageMetadata &entry = entries[e].second; // lambdas capture these)
     if (!entryOf.emplace(fqn, e).second)
       return corruptMetadata("dcp metadata: key '" + fqn + "' appears twice");
@@ -728,19 +723,18 @@ Status validateMetadata(const Metadata &metadata) {
     for (int64_t dim : entry.size)
       if (dim < 0)
         return corruptMetadata("dcp metadata: '" + fqn + "' has a negative size " +
-                         dimsText(entry.size));
+                               dimsText(entry.size));
     if (entry.chunks.size() >= UINT32_MAX)
       return corruptMetadata("dcp metadata: '" + fqn + "' has too many chunks");
     auto chunkError = [&](const ChunkMetadata &chunk, const std::string &what) {
       return corruptMetadata("dcp metadata: '" + fqn + "' chunk at " + dimsText(chunk.offsets) +
-                       " size " + dimsText(chunk.sizes) + ": " + what);
+                             " size " + dimsText(chunk.sizes) + ": " + what);
     };
     std::vector<uint32_t> &order = byOffsets[e];
     order.reserve(entry.chunks.size());
     for (size_t c = 0; c < entry.chunks.size(); ++c) {
       const ChunkMetadata &chunk = entry.chunks[c];
-      if (chunk.offsets.size() != entry.size.size() ||
-          chunk.sizes.size() != entry.size.size())
+      if (chunk.offsets.size() != entry.size.size() || chunk.sizes.size() != entry.size.size())
         return chunkError(chunk, "rank differs from the tensor's " + dimsText(entry.size));
       for (size_t d = 0; d < entry.size.size(); ++d)
         if (chunk.offsets[d] < 0 || chunk.sizes[d] < 0 || chunk.offsets[d] > entry.size[d] ||
@@ -788,10 +782,9 @@ Status validateMetadata(const Metadata &metadata) {
           slot = firstSlot[e] + static_cast<size_t>(*index.index);
         } else {
           const auto &order = byOffsets[e];
-          auto it = std::lower_bound(order.begin(), order.end(), *index.offset,
-                                     [&](uint32_t c, const Dims &offsets) {
-                                       return entry.chunks[c].offsets < offsets;
-                                     });
+          auto it = std::lower_bound(
+              order.begin(), order.end(), *index.offset,
+              [&](uint32_t c, const Dims &offsets) { return entry.chunks[c].offsets < offsets; });
           if (it != order.end() && entry.chunks[*it].offsets == *index.offset)
             slot = firstSlot[e] + *it;
         }
@@ -814,7 +807,7 @@ Status validateMetadata(const Metadata &metadata) {
       for (size_t c = 0; c < entry.chunks.size(); ++c)
         if (!seen[firstSlot[e] + c])
           return corruptMetadata("dcp metadata: '" + fqn + "' chunk at " +
-                           dimsText(entry.chunks[c].offsets) + " has no storage_data entry");
+                                 dimsText(entry.chunks[c].offsets) + " has no storage_data entry");
   }
   return Status::success();
 }

@@ -104,7 +104,8 @@ Result<IntegrityIndex> parseIndex(std::string_view bytes) {
   uint64_t stored = 0;
   tail.u64(stored);
   if (xxh3(body.data(), body.size()) != stored)
-    return makeError("integrity index checksum mismatch: the index is corrupt or truncated", ErrorKind::Corrupt);
+    return makeError("integrity index checksum mismatch: the index is corrupt or truncated",
+                     ErrorKind::Corrupt);
   Reader reader(body.substr(sizeof(kMagic)));
   IntegrityIndex index;
   uint32_t version = 0;
@@ -113,25 +114,29 @@ Result<IntegrityIndex> parseIndex(std::string_view bytes) {
     return makeError("integrity index truncated in its header", ErrorKind::Corrupt);
   if (version != kIndexVersion)
     return makeError("integrity index version " + std::to_string(version) +
-                     " is not supported (this build reads version " +
-                     std::to_string(kIndexVersion) + ")", ErrorKind::Corrupt);
+                         " is not supported (this build reads version " +
+                         std::to_string(kIndexVersion) + ")",
+                     ErrorKind::Corrupt);
   if (!reader.u64(index.planId) || !reader.string(index.writer) ||
       !reader.u64(index.metadataLength) || !reader.u64(index.metadataXxh3) || !reader.u64(count))
     return makeError("integrity index truncated in its header", ErrorKind::Corrupt);
   // Each item takes at least 32 bytes: bound the count by what is left.
   if (count > reader.remaining() / 32)
     return makeError("integrity index claims " + std::to_string(count) +
-                     " items but holds at most " + std::to_string(reader.remaining() / 32), ErrorKind::Corrupt);
+                         " items but holds at most " + std::to_string(reader.remaining() / 32),
+                     ErrorKind::Corrupt);
   index.items.resize(count);
   for (uint64_t i = 0; i < count; ++i) {
     ItemChecksum &item = index.items[i];
     if (!reader.string(item.key) || !reader.string(item.file) || !reader.u64(item.offset) ||
         !reader.u64(item.length) || !reader.u64(item.xxh3))
-      return makeError("integrity index truncated in item " + std::to_string(i), ErrorKind::Corrupt);
+      return makeError("integrity index truncated in item " + std::to_string(i),
+                       ErrorKind::Corrupt);
   }
   if (reader.remaining() != 0)
     return makeError("integrity index has " + std::to_string(reader.remaining()) +
-                     " unexpected trailing bytes", ErrorKind::Corrupt);
+                         " unexpected trailing bytes",
+                     ErrorKind::Corrupt);
   return index;
 }
 

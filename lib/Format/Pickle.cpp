@@ -67,28 +67,50 @@ enum : uint8_t {
 /// Names of real pickle opcodes this reader refuses, for a clearer error.
 const char *unsupportedOpcodeName(uint8_t code) {
   switch (code) {
-  case 'F': return "FLOAT";
-  case 'I': return "INT";
-  case 'L': return "LONG";
-  case 'P': return "PERSID";
-  case 'S': return "STRING";
-  case 'T': return "BINSTRING";
-  case 'U': return "SHORT_BINSTRING";
-  case 'V': return "UNICODE";
-  case 'g': return "GET";
-  case 'i': return "INST";
-  case 'o': return "OBJ";
-  case 'p': return "PUT";
-  case 0x82: return "EXT1";
-  case 0x83: return "EXT2";
-  case 0x84: return "EXT4";
-  case 0x8f: return "EMPTY_SET";
-  case 0x90: return "ADDITEMS";
-  case 0x91: return "FROZENSET";
-  case 0x96: return "BYTEARRAY8";
-  case 0x97: return "NEXT_BUFFER";
-  case 0x98: return "READONLY_BUFFER";
-  default: return nullptr;
+  case 'F':
+    return "FLOAT";
+  case 'I':
+    return "INT";
+  case 'L':
+    return "LONG";
+  case 'P':
+    return "PERSID";
+  case 'S':
+    return "STRING";
+  case 'T':
+    return "BINSTRING";
+  case 'U':
+    return "SHORT_BINSTRING";
+  case 'V':
+    return "UNICODE";
+  case 'g':
+    return "GET";
+  case 'i':
+    return "INST";
+  case 'o':
+    return "OBJ";
+  case 'p':
+    return "PUT";
+  case 0x82:
+    return "EXT1";
+  case 0x83:
+    return "EXT2";
+  case 0x84:
+    return "EXT4";
+  case 0x8f:
+    return "EMPTY_SET";
+  case 0x90:
+    return "ADDITEMS";
+  case 0x91:
+    return "FROZENSET";
+  case 0x96:
+    return "BYTEARRAY8";
+  case 0x97:
+    return "NEXT_BUFFER";
+  case 0x98:
+    return "READONLY_BUFFER";
+  default:
+    return nullptr;
   }
 }
 
@@ -142,8 +164,7 @@ uint64_t readLittle(const char *p, size_t n) {
 /// The stack machine. Each opcode handler either succeeds or sets `error_`.
 class Reader {
 public:
-  Reader(std::string_view in, const ReadOptions &options)
-      : in_(in), options_(options) {}
+  Reader(std::string_view in, const ReadOptions &options) : in_(in), options_(options) {}
 
   Result<Document> run();
 
@@ -160,9 +181,7 @@ private:
     return true;
   }
   /// Values pushed since the last MARK.
-  size_t available() const {
-    return stack_.size() - (marks_.empty() ? 0 : marks_.back());
-  }
+  size_t available() const { return stack_.size() - (marks_.empty() ? 0 : marks_.back()); }
   Value *pop() {
     Value *v = stack_.back();
     stack_.pop_back();
@@ -198,9 +217,7 @@ Result<Document> Reader::run() {
   auto underflow = [&](const char *what) {
     return fail(std::string("stack underflow in ") + what);
   };
-  auto noMark = [&](const char *what) {
-    return fail(std::string("no MARK for ") + what);
-  };
+  auto noMark = [&](const char *what) { return fail(std::string("no MARK for ") + what); };
   auto pushString = [&](Kind kind, const char *what, size_t lengthBytes) -> Status {
     if (!take(lengthBytes, p))
       return truncated(what);
@@ -281,14 +298,12 @@ Result<Document> Reader::run() {
       target->entries.emplace_back(items[i], items[i + 1]);
     return Status::success();
   };
-  auto makeObject = [&](Value *callable, Value *args, Origin origin,
-                        const char *what) -> Status {
+  auto makeObject = [&](Value *callable, Value *args, Origin origin, const char *what) -> Status {
     if (callable->kind != Kind::Global)
       return fail(std::string(what) + " of a " + kindName(callable->kind) +
                   " (only globals may be called)");
     if (args->kind != Kind::Tuple)
-      return fail(std::string(what) + " arguments are a " +
-                  kindName(args->kind) + ", not a tuple");
+      return fail(std::string(what) + " arguments are a " + kindName(args->kind) + ", not a tuple");
     Value *v = doc_.make(Kind::Object);
     v->origin = origin;
     v->callable = callable;
@@ -308,8 +323,7 @@ Result<Document> Reader::run() {
       if (!take(1, p))
         return truncated("PROTO");
       if (static_cast<uint8_t>(*p) > 5)
-        return fail("unsupported protocol " +
-                    std::to_string(static_cast<uint8_t>(*p)));
+        return fail("unsupported protocol " + std::to_string(static_cast<uint8_t>(*p)));
       break;
     case FRAME: { // A read-ahead hint; opcodes are checked one by one.
       if (!take(8, p))
@@ -448,8 +462,7 @@ Result<Document> Reader::run() {
     case BININT:
       if (!take(4, p))
         return truncated("BININT");
-      stack_.push_back(doc_.makeInt(
-          static_cast<int32_t>(static_cast<uint32_t>(readLittle(p, 4)))));
+      stack_.push_back(doc_.makeInt(static_cast<int32_t>(static_cast<uint32_t>(readLittle(p, 4)))));
       break;
     case LONG1:
     case LONG4: {
@@ -741,14 +754,30 @@ Status appendRepr(const Value &v, unsigned depth, size_t maxChars, std::string &
     return Status::success();
   };
   switch (v.kind) {
-  case Kind::None: out += "None"; break;
-  case Kind::Bool: out += v.boolean ? "True" : "False"; break;
-  case Kind::Int: out += std::to_string(v.integer); break;
-  case Kind::BigInt: out += bigIntDecimal(v.text); break;
-  case Kind::Float: out += pythonFloat(v.real); break;
-  case Kind::String: out += quoted(v.text, false); break;
-  case Kind::Bytes: out += quoted(v.text, true); break;
-  case Kind::Global: out += v.text + "." + v.name; break;
+  case Kind::None:
+    out += "None";
+    break;
+  case Kind::Bool:
+    out += v.boolean ? "True" : "False";
+    break;
+  case Kind::Int:
+    out += std::to_string(v.integer);
+    break;
+  case Kind::BigInt:
+    out += bigIntDecimal(v.text);
+    break;
+  case Kind::Float:
+    out += pythonFloat(v.real);
+    break;
+  case Kind::String:
+    out += quoted(v.text, false);
+    break;
+  case Kind::Bytes:
+    out += quoted(v.text, true);
+    break;
+  case Kind::Global:
+    out += v.text + "." + v.name;
+    break;
   case Kind::Tuple:
     out += '(';
     if (Status s = each(v.items); !s)
@@ -809,19 +838,32 @@ const Value *Value::find(std::string_view key) const {
 
 const char *kindName(Kind kind) {
   switch (kind) {
-  case Kind::None: return "None";
-  case Kind::Bool: return "bool";
-  case Kind::Int: return "int";
-  case Kind::BigInt: return "big int";
-  case Kind::Float: return "float";
-  case Kind::String: return "str";
-  case Kind::Bytes: return "bytes";
-  case Kind::Tuple: return "tuple";
-  case Kind::List: return "list";
-  case Kind::Dict: return "dict";
-  case Kind::Global: return "global";
-  case Kind::Object: return "object";
-  case Kind::PersistentId: return "persistent id";
+  case Kind::None:
+    return "None";
+  case Kind::Bool:
+    return "bool";
+  case Kind::Int:
+    return "int";
+  case Kind::BigInt:
+    return "big int";
+  case Kind::Float:
+    return "float";
+  case Kind::String:
+    return "str";
+  case Kind::Bytes:
+    return "bytes";
+  case Kind::Tuple:
+    return "tuple";
+  case Kind::List:
+    return "list";
+  case Kind::Dict:
+    return "dict";
+  case Kind::Global:
+    return "global";
+  case Kind::Object:
+    return "object";
+  case Kind::PersistentId:
+    return "persistent id";
   }
   return "value";
 }
@@ -877,38 +919,34 @@ bool isDcpGlobal(std::string_view module, std::string_view name) {
   };
   if (module == "torch.distributed.checkpoint.metadata")
     return oneOf({"Metadata", "TensorStorageMetadata", "BytesStorageMetadata",
-                  "ChunkStorageMetadata", "TensorProperties",
-                  "_MEM_FORMAT_ENCODING", "MetadataIndex", "StorageMeta"});
+                  "ChunkStorageMetadata", "TensorProperties", "_MEM_FORMAT_ENCODING",
+                  "MetadataIndex", "StorageMeta"});
   if (module == "torch.distributed._shard.sharded_tensor.metadata")
     return oneOf({"TensorProperties", "MEM_FORMAT_ENCODING"});
   if (module == "torch.distributed.checkpoint.filesystem")
     return name == "_StorageInfo";
   if (module == "torch")
     return oneOf({// containers and layouts
-                  "Size", "strided", "contiguous_format", "channels_last",
-                  "channels_last_3d", "preserve_format",
+                  "Size", "strided", "contiguous_format", "channels_last", "channels_last_3d",
+                  "preserve_format",
                   // dtypes
-                  "float64", "float32", "float16", "bfloat16", "int64",
-                  "int32", "int16", "int8", "uint8", "bool", "complex32",
-                  "complex64", "complex128", "float8_e4m3fn",
-                  "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz",
-                  "float8_e8m0fnu", "uint16", "uint32", "uint64",
+                  "float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8",
+                  "uint8", "bool", "complex32", "complex64", "complex128", "float8_e4m3fn",
+                  "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu", "uint16",
+                  "uint32", "uint64",
                   // storages
-                  "UntypedStorage", "DoubleStorage", "FloatStorage",
-                  "HalfStorage", "BFloat16Storage", "LongStorage",
-                  "IntStorage", "ShortStorage", "CharStorage", "ByteStorage",
-                  "BoolStorage", "ComplexFloatStorage",
-                  "ComplexDoubleStorage"});
+                  "UntypedStorage", "DoubleStorage", "FloatStorage", "HalfStorage",
+                  "BFloat16Storage", "LongStorage", "IntStorage", "ShortStorage", "CharStorage",
+                  "ByteStorage", "BoolStorage", "ComplexFloatStorage", "ComplexDoubleStorage"});
   if (module == "torch.serialization")
     return name == "_get_layout";
   if (module == "torch._utils")
-    return oneOf({"_rebuild_tensor", "_rebuild_tensor_v2",
-                  "_rebuild_tensor_v3", "_rebuild_parameter"});
+    return oneOf(
+        {"_rebuild_tensor", "_rebuild_tensor_v2", "_rebuild_tensor_v3", "_rebuild_parameter"});
   if (module == "collections")
     return name == "OrderedDict";
   if (module == "pathlib" || module == "pathlib._local")
-    return oneOf({"PosixPath", "WindowsPath", "PurePosixPath",
-                  "PureWindowsPath", "Path"});
+    return oneOf({"PosixPath", "WindowsPath", "PurePosixPath", "PureWindowsPath", "Path"});
   return false;
 }
 
@@ -1066,8 +1104,7 @@ void Writer::global(std::string_view module, std::string_view name) {
     binGet(it->second);
     return;
   }
-  if ((module.find('\n') != std::string_view::npos ||
-       name.find('\n') != std::string_view::npos) &&
+  if ((module.find('\n') != std::string_view::npos || name.find('\n') != std::string_view::npos) &&
       error_.empty())
     error_ = "pickle writer: global name contains a newline";
   op(GLOBAL);
@@ -1164,8 +1201,7 @@ Status Writer::writeValue(const Value &v, unsigned maxDepth) {
     }
     return Status::success();
   };
-  auto dictItems = [&](const std::vector<std::pair<Value *, Value *>> &entries)
-      -> Status {
+  auto dictItems = [&](const std::vector<std::pair<Value *, Value *>> &entries) -> Status {
     for (size_t start = 0; start < entries.size(); start += kBatch) {
       size_t n = std::min(kBatch, entries.size() - start);
       if (n > 1)
@@ -1182,14 +1218,30 @@ Status Writer::writeValue(const Value &v, unsigned maxDepth) {
   };
 
   switch (v.kind) {
-  case Kind::None: none(); break;
-  case Kind::Bool: boolean(v.boolean); break;
-  case Kind::Int: integer(v.integer); break;
-  case Kind::BigInt: bigInteger(v.text); break;
-  case Kind::Float: real(v.real); break;
-  case Kind::String: string(v.text); break;
-  case Kind::Bytes: bytes(v.text); break;
-  case Kind::Global: global(v.text, v.name); break;
+  case Kind::None:
+    none();
+    break;
+  case Kind::Bool:
+    boolean(v.boolean);
+    break;
+  case Kind::Int:
+    integer(v.integer);
+    break;
+  case Kind::BigInt:
+    bigInteger(v.text);
+    break;
+  case Kind::Float:
+    real(v.real);
+    break;
+  case Kind::String:
+    string(v.text);
+    break;
+  case Kind::Bytes:
+    bytes(v.text);
+    break;
+  case Kind::Global:
+    global(v.text, v.name);
+    break;
   case Kind::Tuple:
     if (v.items.empty()) {
       emptyTuple();
@@ -1215,8 +1267,7 @@ Status Writer::writeValue(const Value &v, unsigned maxDepth) {
       return s;
     break;
   case Kind::Object:
-    if (!v.callable || v.callable->kind != Kind::Global || !v.args ||
-        v.args->kind != Kind::Tuple)
+    if (!v.callable || v.callable->kind != Kind::Global || !v.args || v.args->kind != Kind::Tuple)
       return makeError("pickle writer: object without a global and an "
                        "argument tuple");
     global(v.callable->text, v.callable->name);

@@ -80,8 +80,8 @@ Status readAt(const ByteSource &source, uint64_t offset, void *out, size_t count
   uint64_t size = source.size();
   if (offset > size || count > size - offset)
     return zipError(std::string("truncated archive: ") + what + " at offset " +
-                    std::to_string(offset) + " runs past the end (" +
-                    std::to_string(size) + " bytes)");
+                    std::to_string(offset) + " runs past the end (" + std::to_string(size) +
+                    " bytes)");
   return source.read(offset, out, count);
 }
 
@@ -111,8 +111,7 @@ uint32_t crc32(const void *data, size_t size, uint32_t crc) {
 }
 
 uint32_t crc32Combine(uint32_t crcA, uint32_t crcB, uint64_t sizeB) {
-  return static_cast<uint32_t>(
-      ::crc32_combine(crcA, crcB, static_cast<z_off_t>(sizeB)));
+  return static_cast<uint32_t>(::crc32_combine(crcA, crcB, static_cast<z_off_t>(sizeB)));
 }
 
 //===----------------------------------------------------------------------===//
@@ -148,8 +147,7 @@ Result<ItemLayout> planArchive(const std::vector<RecordSpec> &records) {
     std::string extra64 = zip64Extra(bigSize, size, bigOffset, headerAt);
     // "FB" padding so the data starts on a 64-byte boundary, as
     // PyTorchStreamWriter::getPadding computes it.
-    uint64_t start = headerAt + kLocalHeaderSize + record.name.size() +
-                     extra64.size() + 4;
+    uint64_t start = headerAt + kLocalHeaderSize + record.name.size() + extra64.size() + 4;
     uint64_t padding = (kAlignment - start % kAlignment) % kAlignment;
 
     put32(*out, kLocalHeaderSig);
@@ -199,8 +197,8 @@ Result<ItemLayout> planArchive(const std::vector<RecordSpec> &records) {
     std::string centralExtra = zip64Extra(bigSize, size, bigOffset, headerAt);
     size_t entryAt = central.size();
     put32(central, kCentralHeaderSig);
-    put16(central, 0);                              // version made by
-    put16(central, centralExtra.empty() ? 0 : 45);  // version needed
+    put16(central, 0);                             // version made by
+    put16(central, centralExtra.empty() ? 0 : 45); // version needed
     put16(central, kTorchFlags);
     put16(central, 0); // stored
     put16(central, 0);
@@ -287,8 +285,7 @@ Status SliceSource::read(uint64_t offset, void *out, size_t count) const {
 Result<std::vector<Entry>> readDirectory(const ByteSource &source) {
   uint64_t size = source.size();
   if (size < kEndSize)
-    return zipError("truncated archive: " + std::to_string(size) +
-                    " bytes is too small for a zip");
+    return zipError("truncated archive: " + std::to_string(size) + " bytes is too small for a zip");
   // The end record sits in the last 22 + 65535 (comment) bytes.
   size_t tailSize = static_cast<size_t>(std::min<uint64_t>(size, kEndSize + 0xFFFF));
   uint64_t tailAt = size - tailSize;
@@ -297,8 +294,7 @@ Result<std::vector<Entry>> readDirectory(const ByteSource &source) {
     return s.failure();
   size_t end = std::string::npos;
   for (size_t i = tailSize - kEndSize + 1; i-- > 0;) {
-    if (get(&tail[i], 4) == kEndSig &&
-        i + kEndSize + get(&tail[i + 20], 2) == tailSize) {
+    if (get(&tail[i], 4) == kEndSig && i + kEndSize + get(&tail[i + 20], 2) == tailSize) {
       end = i;
       break;
     }
@@ -315,8 +311,8 @@ Result<std::vector<Entry>> readDirectory(const ByteSource &source) {
   char locator[kZip64LocatorSize];
   bool zip64 = false;
   if (endAt >= kZip64LocatorSize) {
-    if (Status s = readAt(source, endAt - kZip64LocatorSize, locator,
-                          kZip64LocatorSize, "zip64 locator");
+    if (Status s =
+            readAt(source, endAt - kZip64LocatorSize, locator, kZip64LocatorSize, "zip64 locator");
         !s)
       return s.failure();
     zip64 = get(locator, 4) == kZip64LocatorSig;
@@ -327,15 +323,12 @@ Result<std::vector<Entry>> readDirectory(const ByteSource &source) {
       return zipError("multi-disk archives are not supported");
     if (recordAt > endAt - kZip64LocatorSize ||
         endAt - kZip64LocatorSize - recordAt < kZip64EndSize)
-      return zipError("zip64 end record offset " + std::to_string(recordAt) +
-                      " is out of range");
+      return zipError("zip64 end record offset " + std::to_string(recordAt) + " is out of range");
     char record[kZip64EndSize];
-    if (Status s = readAt(source, recordAt, record, kZip64EndSize, "zip64 end record");
-        !s)
+    if (Status s = readAt(source, recordAt, record, kZip64EndSize, "zip64 end record"); !s)
       return s.failure();
     if (get(record, 4) != kZip64EndSig)
-      return zipError("bad zip64 end record signature at offset " +
-                      std::to_string(recordAt));
+      return zipError("bad zip64 end record signature at offset " + std::to_string(recordAt));
     disk = get(record + 16, 4);
     centralDisk = get(record + 20, 4);
     diskCount = get(record + 24, 8);
@@ -352,13 +345,10 @@ Result<std::vector<Entry>> readDirectory(const ByteSource &source) {
     return zipError("central directory [" + std::to_string(centralAt) + ", +" +
                     std::to_string(centralSize) + ") is out of range");
   if (count > centralSize / kCentralHeaderSize)
-    return zipError("central directory too small for " + std::to_string(count) +
-                    " entries");
+    return zipError("central directory too small for " + std::to_string(count) + " entries");
 
   std::string central(static_cast<size_t>(centralSize), '\0');
-  if (Status s = readAt(source, centralAt, &central[0], central.size(),
-                        "central directory");
-      !s)
+  if (Status s = readAt(source, centralAt, &central[0], central.size(), "central directory"); !s)
     return s.failure();
 
   std::vector<Entry> entries;
@@ -370,8 +360,7 @@ Result<std::vector<Entry>> readDirectory(const ByteSource &source) {
     const char *h = &central[pos];
     if (get(h, 4) != kCentralHeaderSig)
       return zipError(where + " has a bad signature");
-    size_t nameSize = get(h + 28, 2), extraSize = get(h + 30, 2),
-           commentSize = get(h + 32, 2);
+    size_t nameSize = get(h + 28, 2), extraSize = get(h + 30, 2), commentSize = get(h + 32, 2);
     if (central.size() - pos - kCentralHeaderSize < nameSize + extraSize + commentSize)
       return zipError(where + " is truncated");
     Entry entry;
@@ -419,13 +408,10 @@ Result<std::vector<Entry>> readDirectory(const ByteSource &source) {
 
     // The local header must agree with the central directory.
     char local[kLocalHeaderSize];
-    if (entry.headerOffset > centralAt ||
-        centralAt - entry.headerOffset < kLocalHeaderSize)
-      return zipError(where + ": local header offset " +
-                      std::to_string(entry.headerOffset) + " is out of range");
-    if (Status s = readAt(source, entry.headerOffset, local, kLocalHeaderSize,
-                          "local header");
-        !s)
+    if (entry.headerOffset > centralAt || centralAt - entry.headerOffset < kLocalHeaderSize)
+      return zipError(where + ": local header offset " + std::to_string(entry.headerOffset) +
+                      " is out of range");
+    if (Status s = readAt(source, entry.headerOffset, local, kLocalHeaderSize, "local header"); !s)
       return s.failure();
     if (get(local, 4) != kLocalHeaderSig)
       return zipError(where + ": bad local header signature at offset " +
@@ -437,8 +423,7 @@ Result<std::vector<Entry>> readDirectory(const ByteSource &source) {
     if (centralAt - nameAt < nameSize + localExtra)
       return zipError(where + ": local header runs into the central directory");
     std::string localNameBytes(nameSize, '\0');
-    if (Status s = readAt(source, nameAt, &localNameBytes[0], nameSize, "local name");
-        !s)
+    if (Status s = readAt(source, nameAt, &localNameBytes[0], nameSize, "local name"); !s)
       return s.failure();
     if (localNameBytes != entry.name)
       return zipError(where + ": local header names '" + localNameBytes + "'");
@@ -447,8 +432,7 @@ Result<std::vector<Entry>> readDirectory(const ByteSource &source) {
     entry.dataOffset = nameAt + nameSize + localExtra;
     if (entry.compressedSize > centralAt - entry.dataOffset)
       return zipError(where + ": data [" + std::to_string(entry.dataOffset) + ", +" +
-                      std::to_string(entry.compressedSize) +
-                      ") runs into the central directory");
+                      std::to_string(entry.compressedSize) + ") runs into the central directory");
     entries.push_back(std::move(entry));
   }
   return entries;
@@ -461,8 +445,7 @@ Status checkStored(const Entry &entry) {
                     "' is deflate-compressed; only stored entries are supported");
   if (entry.method != 0)
     return zipError("entry '" + entry.name + "' uses compression method " +
-                    std::to_string(entry.method) +
-                    "; only stored entries are supported");
+                    std::to_string(entry.method) + "; only stored entries are supported");
   if (entry.compressedSize != entry.size)
     return zipError("entry '" + entry.name + "' is stored but its sizes differ");
   return Status::success();
@@ -475,17 +458,15 @@ Error crcMismatch(const Entry &entry, uint32_t actual) {
 }
 } // namespace
 
-Result<std::string> readEntry(const ByteSource &source, const Entry &entry,
-                              uint64_t maxSize, bool verifyCrc) {
+Result<std::string> readEntry(const ByteSource &source, const Entry &entry, uint64_t maxSize,
+                              bool verifyCrc) {
   if (Status s = checkStored(entry); !s)
     return s.failure();
   if (entry.size > maxSize)
     return zipError("entry '" + entry.name + "' has " + std::to_string(entry.size) +
                     " bytes, more than the " + std::to_string(maxSize) + " allowed");
   std::string bytes(static_cast<size_t>(entry.size), '\0');
-  if (Status s = readAt(source, entry.dataOffset, &bytes[0], bytes.size(),
-                        "entry data");
-      !s)
+  if (Status s = readAt(source, entry.dataOffset, &bytes[0], bytes.size(), "entry data"); !s)
     return s.failure();
   if (verifyCrc) {
     uint32_t actual = crc32(bytes.data(), bytes.size());
@@ -502,8 +483,7 @@ Status verifyEntryCrc(const ByteSource &source, const Entry &entry) {
   uint32_t crc = 0;
   for (uint64_t done = 0; done < entry.size;) {
     size_t n = static_cast<size_t>(std::min<uint64_t>(buffer.size(), entry.size - done));
-    if (Status s = readAt(source, entry.dataOffset + done, &buffer[0], n, "entry data");
-        !s)
+    if (Status s = readAt(source, entry.dataOffset + done, &buffer[0], n, "entry data"); !s)
       return s;
     crc = crc32(buffer.data(), n, crc);
     done += n;
@@ -519,8 +499,7 @@ Status verifyEntryCrc(const ByteSource &source, const Entry &entry) {
 
 std::string makeSerializationId(uint64_t high, uint64_t low) {
   char buf[48];
-  std::snprintf(buf, sizeof buf, "%020llu%020llu",
-                static_cast<unsigned long long>(high),
+  std::snprintf(buf, sizeof buf, "%020llu%020llu", static_cast<unsigned long long>(high),
                 static_cast<unsigned long long>(low));
   return buf;
 }
@@ -528,8 +507,7 @@ std::string makeSerializationId(uint64_t high, uint64_t low) {
 namespace {
 /// The records of a torch.save archive, in PyTorch 2.11's order; `dataBytes`
 /// < 0 means no data record (a plain object).
-std::vector<RecordSpec> torchSaveRecords(const std::string &dataPkl,
-                                         int64_t dataBytes,
+std::vector<RecordSpec> torchSaveRecords(const std::string &dataPkl, int64_t dataBytes,
                                          const TorchSaveOptions &options) {
   std::string prefix = options.archiveName + "/";
   std::vector<RecordSpec> records;
@@ -556,8 +534,7 @@ std::vector<RecordSpec> torchSaveRecords(const std::string &dataPkl,
 }
 
 Status checkArchiveName(const TorchSaveOptions &options) {
-  if (options.archiveName.empty() ||
-      options.archiveName.find('/') != std::string::npos)
+  if (options.archiveName.empty() || options.archiveName.find('/') != std::string::npos)
     return zipError("archive name must be one non-empty path component");
   return Status::success();
 }
@@ -572,8 +549,7 @@ Result<ItemLayout> planTensorItem(const std::string &dataPkl, uint64_t dataBytes
   return planArchive(torchSaveRecords(dataPkl, static_cast<int64_t>(dataBytes), options));
 }
 
-Result<std::string> buildObjectItem(const std::string &dataPkl,
-                                    const TorchSaveOptions &options) {
+Result<std::string> buildObjectItem(const std::string &dataPkl, const TorchSaveOptions &options) {
   if (Status s = checkArchiveName(options); !s)
     return s.failure();
   auto layout = planArchive(torchSaveRecords(dataPkl, -1, options));
@@ -588,8 +564,8 @@ Result<TensorRecord> contiguousTensor(dcp::DType dtype, const dcp::Dims &size) {
   record.size = size;
   record.stride.assign(size.size(), 1);
   uint64_t elements = 1;
-  const uint64_t limit = uint64_t(std::numeric_limits<int64_t>::max()) /
-                         dcp::dtypeInfo(dtype).elementSize;
+  const uint64_t limit =
+      uint64_t(std::numeric_limits<int64_t>::max()) / dcp::dtypeInfo(dtype).elementSize;
   for (size_t d = size.size(); d-- > 0;) {
     if (size[d] < 0)
       return makeError("tensor: negative size");
@@ -701,16 +677,15 @@ Result<TensorRecord> decodeTensorPickle(std::string_view dataPkl) {
   record.location = pid->items[3]->text;
   auto numel = static_cast<uint64_t>(pid->items[4]->integer);
   if (storageClass->text != "torch")
-    return tensorError("unknown storage class " + storageClass->text + "." +
-                       storageClass->name);
+    return tensorError("unknown storage class " + storageClass->text + "." + storageClass->name);
   if (storageClass->name == "UntypedStorage") {
     // numel counts bytes; the dtype is v3's seventh argument.
     if (!v3)
       return tensorError("an UntypedStorage needs _rebuild_tensor_v3");
     const pickle::Value *dtype = args[6];
-    const dcp::DTypeInfo *info =
-        dtype->kind == Kind::Global && dtype->text == "torch" ? dcp::findDType(dtype->name)
-                                                               : nullptr;
+    const dcp::DTypeInfo *info = dtype->kind == Kind::Global && dtype->text == "torch"
+                                     ? dcp::findDType(dtype->name)
+                                     : nullptr;
     if (!info)
       return tensorError("unsupported dtype argument");
     if (numel % info->elementSize != 0)
@@ -761,8 +736,8 @@ Status checkView(const TensorRecord &record) {
   if (record.storageOffset < 0)
     return tensorError("negative storage offset");
   uint64_t elements = 1;
-  const uint64_t maxElements = uint64_t(std::numeric_limits<int64_t>::max()) /
-                               dcp::dtypeInfo(record.dtype).elementSize;
+  const uint64_t maxElements =
+      uint64_t(std::numeric_limits<int64_t>::max()) / dcp::dtypeInfo(record.dtype).elementSize;
   if (record.storageElements > maxElements)
     return tensorError("storage too large");
   for (size_t d = 0; d < record.size.size(); ++d) {
@@ -796,8 +771,8 @@ Status checkView(const TensorRecord &record) {
 }
 } // namespace
 
-Status copyToContiguous(const TensorRecord &record, const void *storage,
-                        uint64_t storageBytes, void *out, bool swapBytes) {
+Status copyToContiguous(const TensorRecord &record, const void *storage, uint64_t storageBytes,
+                        void *out, bool swapBytes) {
   if (Status s = checkView(record); !s)
     return s;
   const size_t elementSize = dcp::dtypeInfo(record.dtype).elementSize;
@@ -861,8 +836,8 @@ Result<TorchSaveItem> openTorchSaveItem(const ByteSource &source) {
   item.archiveName = item.entries[0].name.substr(0, slash);
   for (const Entry &entry : item.entries)
     if (entry.name.compare(0, slash + 1, item.entries[0].name, 0, slash + 1) != 0)
-      return zipError("torch.save archive: record '" + entry.name +
-                      "' is outside folder '" + item.archiveName + "'");
+      return zipError("torch.save archive: record '" + entry.name + "' is outside folder '" +
+                      item.archiveName + "'");
 
   const Entry *pkl = item.findRecord("data.pkl");
   if (!pkl)

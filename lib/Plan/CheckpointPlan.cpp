@@ -17,8 +17,8 @@
 
 #include <algorithm>
 #include <map>
-#include <queue>
 #include <memory>
+#include <queue>
 #include <unordered_map>
 
 namespace fsdp {
@@ -32,12 +32,19 @@ uint64_t alignUp(uint64_t value, uint64_t alignment) {
 
 /// The hyper-parameters PyTorch 2.11's Adam/AdamW state dict holds, in its
 /// order (docs/CheckpointFormat.md).
-const char *const kHyperParameters[] = {
-    "lr",         "betas",          "eps",   "weight_decay",
-    "amsgrad",    "maximize",       "foreach", "capturable",
-    "differentiable", "fused",      "decoupled_weight_decay", "params"};
-constexpr size_t kNumHyperParameters =
-    sizeof(kHyperParameters) / sizeof(kHyperParameters[0]);
+const char *const kHyperParameters[] = {"lr",
+                                        "betas",
+                                        "eps",
+                                        "weight_decay",
+                                        "amsgrad",
+                                        "maximize",
+                                        "foreach",
+                                        "capturable",
+                                        "differentiable",
+                                        "fused",
+                                        "decoupled_weight_decay",
+                                        "params"};
+constexpr size_t kNumHyperParameters = sizeof(kHyperParameters) / sizeof(kHyperParameters[0]);
 
 Result<std::string> hyperParameterPickle(const ModelLayout &model, size_t index) {
   const OptimizerSpec &opt = model.optimizer;
@@ -160,14 +167,11 @@ private:
       index[{write.key, write.chunkOffsets}] = &write;
     return &index;
   }
-  Status place(std::vector<PendingItem> &&items, std::vector<WriteItem> &out,
-               uint64_t &cursor);
+  Status place(std::vector<PendingItem> &&items, std::vector<WriteItem> &out, uint64_t &cursor);
   bool hasOptimizerState(const GroupSpec &group) const {
     return group.requiresGrad && model_.optimizer.present;
   }
-  std::string stepKey(const std::string &fqn) const {
-    return "optimizer.state." + fqn + ".step";
-  }
+  std::string stepKey(const std::string &fqn) const { return "optimizer.state." + fqn + ".step"; }
 
   const ModelLayout &model_;
   int64_t world_ = 1;
@@ -187,8 +191,7 @@ private:
   uint64_t stepItemSpan_ = 0;
 };
 
-Result<const zip::ItemLayout *> Planner::tensorLayout(dcp::DType dtype,
-                                                      const dcp::Dims &sizes) {
+Result<const zip::ItemLayout *> Planner::tensorLayout(dcp::DType dtype, const dcp::Dims &sizes) {
   auto &slot = layouts_[{dtype, sizes}];
   if (!slot) {
     Result<zip::ItemLayout> item = zip::planContiguousTensorItem(dtype, sizes);
@@ -229,15 +232,23 @@ void Planner::shardItems(size_t g, int64_t shard, std::vector<PendingItem> &out)
       const BufferSpec *buffer = group.findBuffer(role);
       BufferRef source = ref;
       source.role = role;
-      out.push_back({std::move(key), ItemSource::Buffer, buffer->dtype, member.shape,
-                     offsets, sizes, source, {}, stateOf, loadTarget});
+      out.push_back({std::move(key),
+                     ItemSource::Buffer,
+                     buffer->dtype,
+                     member.shape,
+                     offsets,
+                     sizes,
+                     source,
+                     {},
+                     stateOf,
+                     loadTarget});
     };
     for (size_t f = 0; f < member.fqns.size(); ++f)
       add("model." + member.fqns[f], BufferRole::MainWeight, -1, f == 0);
     if (hasOptimizerState(group)) {
       add("optimizer.state." + member.fqns.front() + ".exp_avg", BufferRole::ExpAvg, param, true);
-      add("optimizer.state." + member.fqns.front() + ".exp_avg_sq", BufferRole::ExpAvgSq,
-          param, true);
+      add("optimizer.state." + member.fqns.front() + ".exp_avg_sq", BufferRole::ExpAvgSq, param,
+          true);
     }
   }
 }
@@ -320,8 +331,15 @@ Result<const std::vector<WriteItem> *> Planner::writesOf(int64_t rank) {
   int64_t numParams = static_cast<int64_t>(model_.optimizerParams.size());
   if (model_.optimizer.present) {
     for (int64_t i = rank; i < numParams; i += world_)
-      pending.push_back({stepKey(model_.optimizerParams[i]), ItemSource::Step,
-                         dcp::DType::Float32, {}, {}, {}, {}, {}, i});
+      pending.push_back({stepKey(model_.optimizerParams[i]),
+                         ItemSource::Step,
+                         dcp::DType::Float32,
+                         {},
+                         {},
+                         {},
+                         {},
+                         {},
+                         i});
     for (size_t j = 0; j < kNumHyperParameters; ++j) {
       if ((numParams + static_cast<int64_t>(j)) % world_ != rank)
         continue;
@@ -332,7 +350,13 @@ Result<const std::vector<WriteItem> *> Planner::writesOf(int64_t rank) {
       if (!archive)
         return archive.failure();
       PendingItem item{std::string("optimizer.param_groups.0.") + kHyperParameters[j],
-                       ItemSource::Bytes, dcp::DType::UInt8, {}, {}, {}, {}, archive.take(),
+                       ItemSource::Bytes,
+                       dcp::DType::UInt8,
+                       {},
+                       {},
+                       {},
+                       {},
+                       archive.take(),
                        -1};
       pending.push_back(std::move(item));
     }
@@ -373,8 +397,8 @@ Result<RankPlan> Planner::planRank(int64_t rank) {
     const GroupSpec &group = model_.groups[g];
     int64_t begin = groupShards_[g]->shardOfRank[rank] * group.shardSize;
     for (const BufferSpec &buffer : group.buffers)
-      plan.buffers.push_back({static_cast<int32_t>(g), buffer.role, buffer.dtype,
-                              group.shardSize, begin, buffer.aliasesMainWeight});
+      plan.buffers.push_back({static_cast<int32_t>(g), buffer.role, buffer.dtype, group.shardSize,
+                              begin, buffer.aliasesMainWeight});
   }
   Result<const std::vector<WriteItem> *> writes = writesOf(rank);
   if (!writes)
@@ -408,8 +432,7 @@ Result<RankPlan> Planner::planRank(int64_t rank) {
       const WriteItem *written = found->second;
       plan.reads.push_back({item.key, ItemSource::Buffer, item.dtype, item.globalShape,
                             item.chunkOffsets, item.chunkSizes, item.buffer,
-                            dataFileName(writerOf[i]),
-                            written->itemOffset, written->itemLength,
+                            dataFileName(writerOf[i]), written->itemOffset, written->itemLength,
                             written->dataOffset, written->dataLength});
       if (item.param >= 0)
         needsStep[item.param] = true;
@@ -424,10 +447,18 @@ Result<RankPlan> Planner::planRank(int64_t rank) {
         continue;
       int64_t writer = static_cast<int64_t>(i) % world_;
       uint64_t itemOffset = (static_cast<int64_t>(i) / world_) * stepItemSpan_;
-      plan.reads.push_back({stepKey(model_.optimizerParams[i]), ItemSource::Step,
-                            dcp::DType::Float32, {}, {}, {}, {}, dataFileName(writer),
-                            itemOffset, (*step)->totalSize,
-                            itemOffset + (*step)->dataOffset, (*step)->dataSize});
+      plan.reads.push_back({stepKey(model_.optimizerParams[i]),
+                            ItemSource::Step,
+                            dcp::DType::Float32,
+                            {},
+                            {},
+                            {},
+                            {},
+                            dataFileName(writer),
+                            itemOffset,
+                            (*step)->totalSize,
+                            itemOffset + (*step)->dataOffset,
+                            (*step)->dataSize});
     }
   }
   return plan;
@@ -451,8 +482,8 @@ Result<dcp::Metadata> Planner::globalMetadata() {
   for (const GroupSpec &group : model_.groups)
     for (const MemberSpec &member : group.members)
       for (const std::string &fqn : member.fqns)
-        addKey("model." + fqn, tensor(group.findBuffer(BufferRole::MainWeight)->dtype,
-                                      member.shape));
+        addKey("model." + fqn,
+               tensor(group.findBuffer(BufferRole::MainWeight)->dtype, member.shape));
   for (const GroupSpec &group : model_.groups)
     if (hasOptimizerState(group))
       for (const MemberSpec &member : group.members)
@@ -474,8 +505,7 @@ Result<dcp::Metadata> Planner::globalMetadata() {
     if (key.rfind("model.", 0) == 0)
       parts = {std::string("model"), key.substr(6)};
     else if (key.rfind("optimizer.param_groups.0.", 0) == 0)
-      parts = {std::string("optimizer"), std::string("param_groups"), int64_t(0),
-               key.substr(25)};
+      parts = {std::string("optimizer"), std::string("param_groups"), int64_t(0), key.substr(25)};
     else {
       // optimizer.state.<fqn>.<state>
       std::string rest = key.substr(16);

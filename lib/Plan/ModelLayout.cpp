@@ -31,9 +31,8 @@ const BufferSpec *GroupSpec::findBuffer(BufferRole role) const {
 
 Status checkModelLayout(const ModelLayout &model) {
   if (model.meshAxisNames.size() != model.meshSizes.size())
-    return makeError("mesh has " + std::to_string(model.meshAxisNames.size()) +
-                     " axis names but " + std::to_string(model.meshSizes.size()) +
-                     " sizes");
+    return makeError("mesh has " + std::to_string(model.meshAxisNames.size()) + " axis names but " +
+                     std::to_string(model.meshSizes.size()) + " sizes");
   if (model.meshSizes.empty())
     return makeError("the mesh has no axes");
   int64_t world = 1;
@@ -59,15 +58,13 @@ Status checkModelLayout(const ModelLayout &model) {
       shapes.push_back(member.shape);
       packed.offsets.push_back(member.offset);
     }
-    if (Status status = layout::verifyLayout(shapes, packed, model.meshSizes,
-                                             group.placements);
+    if (Status status = layout::verifyLayout(shapes, packed, model.meshSizes, group.placements);
         !status)
       return propagate(status, where + ": " + status.error());
     int64_t shards = layout::numShards(model.meshSizes, group.placements);
     if (group.shardSize * shards != group.size)
-      return makeError(where + ": shard size " + std::to_string(group.shardSize) +
-                       " x " + std::to_string(shards) + " shards != size " +
-                       std::to_string(group.size));
+      return makeError(where + ": shard size " + std::to_string(group.shardSize) + " x " +
+                       std::to_string(shards) + " shards != size " + std::to_string(group.size));
     if (!group.findBuffer(BufferRole::MainWeight))
       return makeError(where + ": no main_weight buffer");
     if (group.requiresGrad && model.optimizer.present &&

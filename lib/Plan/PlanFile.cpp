@@ -6,9 +6,9 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <map>
 #include <cstring>
 #include <fcntl.h>
+#include <map>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -26,18 +26,17 @@ using flatbuffers::Offset;
 //===----------------------------------------------------------------------===//
 
 Offset<fb::BufferRef> writeRef(FlatBufferBuilder &fbb, const BufferRef &ref) {
-  return fb::CreateBufferRef(fbb, ref.group, static_cast<uint8_t>(ref.role),
-                             ref.localOffset, ref.elements);
+  return fb::CreateBufferRef(fbb, ref.group, static_cast<uint8_t>(ref.role), ref.localOffset,
+                             ref.elements);
 }
 
 std::string buildRankPart(const RankPlan &plan) {
   FlatBufferBuilder fbb(1024);
   std::vector<Offset<fb::LocalBuffer>> buffers;
   for (const LocalBuffer &buffer : plan.buffers)
-    buffers.push_back(fb::CreateLocalBuffer(
-        fbb, buffer.group, static_cast<uint8_t>(buffer.role),
-        static_cast<uint8_t>(buffer.dtype), buffer.elements, buffer.rangeBegin,
-        buffer.aliasesMainWeight));
+    buffers.push_back(fb::CreateLocalBuffer(fbb, buffer.group, static_cast<uint8_t>(buffer.role),
+                                            static_cast<uint8_t>(buffer.dtype), buffer.elements,
+                                            buffer.rangeBegin, buffer.aliasesMainWeight));
   std::vector<Offset<fb::DataFile>> files;
   for (const FileSpec &file : plan.files)
     files.push_back(fb::CreateDataFileDirect(fbb, file.name.c_str(), file.size));
@@ -52,10 +51,10 @@ std::string buildRankPart(const RankPlan &plan) {
     if (!item.payload.empty())
       payload = fbb.CreateVector(reinterpret_cast<const uint8_t *>(item.payload.data()),
                                  item.payload.size());
-    writes.push_back(fb::CreateWriteItem(
-        fbb, key, static_cast<fb::ItemSource>(item.source), static_cast<uint8_t>(item.dtype),
-        shape, offsets, sizes, ref, payload, item.file, item.itemOffset, item.itemLength,
-        item.dataOffset, item.dataLength));
+    writes.push_back(fb::CreateWriteItem(fbb, key, static_cast<fb::ItemSource>(item.source),
+                                         static_cast<uint8_t>(item.dtype), shape, offsets, sizes,
+                                         ref, payload, item.file, item.itemOffset, item.itemLength,
+                                         item.dataOffset, item.dataLength));
   }
   std::vector<Offset<fb::ReadItem>> reads;
   for (const ReadItem &item : plan.reads) {
@@ -65,13 +64,13 @@ std::string buildRankPart(const RankPlan &plan) {
     auto ref = writeRef(fbb, item.buffer);
     auto file = fbb.CreateString(item.file);
     auto shape = fbb.CreateVector(item.globalShape);
-    reads.push_back(fb::CreateReadItem(
-        fbb, key, static_cast<fb::ItemSource>(item.source), static_cast<uint8_t>(item.dtype),
-        offsets, sizes, ref, file, item.itemOffset, item.itemLength, item.dataOffset,
-        item.dataLength, shape));
+    reads.push_back(fb::CreateReadItem(fbb, key, static_cast<fb::ItemSource>(item.source),
+                                       static_cast<uint8_t>(item.dtype), offsets, sizes, ref, file,
+                                       item.itemOffset, item.itemLength, item.dataOffset,
+                                       item.dataLength, shape));
   }
-  auto root = fb::CreateRankPlanDirect(fbb, plan.rank, &plan.coords, &buffers, &files,
-                                       &writes, &reads);
+  auto root =
+      fb::CreateRankPlanDirect(fbb, plan.rank, &plan.coords, &buffers, &files, &writes, &reads);
   fbb.Finish(root);
   return std::string(reinterpret_cast<const char *>(fbb.GetBufferPointer()), fbb.GetSize());
 }
@@ -84,14 +83,13 @@ Result<std::string> buildGlobalPart(const ModelLayout &model, CheckpointPlanner 
   if (!pickled)
     return pickled.failure();
   FlatBufferBuilder fbb(pickled->size() + 4096);
-  auto bytes = fbb.CreateVector(reinterpret_cast<const uint8_t *>(pickled->data()),
-                                pickled->size());
+  auto bytes =
+      fbb.CreateVector(reinterpret_cast<const uint8_t *>(pickled->data()), pickled->size());
   std::vector<Offset<fb::GroupInfo>> groups;
   for (const GroupSpec &group : model.groups)
-    groups.push_back(fb::CreateGroupInfoDirect(fbb, group.unit.c_str(),
-                                               static_cast<uint8_t>(group.dtype),
-                                               group.requiresGrad, group.chunk, group.size,
-                                               group.shardSize));
+    groups.push_back(
+        fb::CreateGroupInfoDirect(fbb, group.unit.c_str(), static_cast<uint8_t>(group.dtype),
+                                  group.requiresGrad, group.chunk, group.size, group.shardSize));
   auto groupVector = fbb.CreateVector(groups);
   auto params = fbb.CreateVectorOfStrings(model.optimizerParams);
   fbb.Finish(fb::CreateGlobalPart(fbb, bytes, groupVector, params));
@@ -134,8 +132,7 @@ dcp::Dims dims(const flatbuffers::Vector<int64_t> *vector) {
 BufferRef readRef(const fb::BufferRef *ref) {
   if (!ref)
     return {};
-  return {ref->group(), static_cast<BufferRole>(ref->role()), ref->local_offset(),
-          ref->elements()};
+  return {ref->group(), static_cast<BufferRole>(ref->role()), ref->local_offset(), ref->elements()};
 }
 
 /// A nested buffer's bytes, copied when they are not 8-byte aligned in
@@ -149,12 +146,8 @@ const uint8_t *alignedNested(const flatbuffers::Vector<uint8_t> *vector, std::st
   return reinterpret_cast<const uint8_t *>(copy.data());
 }
 
-bool validDType(uint8_t value) {
-  return value <= static_cast<uint8_t>(dcp::DType::UInt64);
-}
-bool validRole(uint8_t value) {
-  return value <= static_cast<uint8_t>(BufferRole::ExpAvgSq);
-}
+bool validDType(uint8_t value) { return value <= static_cast<uint8_t>(dcp::DType::UInt64); }
+bool validRole(uint8_t value) { return value <= static_cast<uint8_t>(BufferRole::ExpAvgSq); }
 
 } // namespace
 
@@ -191,8 +184,8 @@ Result<std::string> serializePlan(const ModelLayout &model, CheckpointPlanner &p
   auto names = fbb.CreateVectorOfStrings(model.meshAxisNames);
   auto sizes = fbb.CreateVector(model.meshSizes);
   auto partVector = fbb.CreateVector(parts);
-  fbb.Finish(fb::CreatePlan(fbb, kPlanFormatVersion, planIdentity(model), model.worldSize(),
-                            names, sizes, commitRank, partVector, global),
+  fbb.Finish(fb::CreatePlan(fbb, kPlanFormatVersion, planIdentity(model), model.worldSize(), names,
+                            sizes, commitRank, partVector, global),
              fb::PlanIdentifier());
   return std::string(reinterpret_cast<const char *>(fbb.GetBufferPointer()), fbb.GetSize());
 }
@@ -398,8 +391,9 @@ Result<RankPlan> PlanFile::rank(int64_t rank) const {
     for (const fb::LocalBuffer *buffer : *part->buffers()) {
       if (!validRole(buffer->role()) || !validDType(buffer->dtype()) || buffer->elements() < 0 ||
           buffer->group() < 0 || buffer->range_begin() < 0 ||
-          buffer->elements() > kMaxBufferBytes /
-                                   dcp::dtypeInfo(static_cast<dcp::DType>(buffer->dtype())).elementSize)
+          buffer->elements() >
+              kMaxBufferBytes /
+                  dcp::dtypeInfo(static_cast<dcp::DType>(buffer->dtype())).elementSize)
         return bad("buffer of group " + std::to_string(buffer->group()));
       plan.buffers.push_back({buffer->group(), static_cast<BufferRole>(buffer->role()),
                               static_cast<dcp::DType>(buffer->dtype()), buffer->elements(),
@@ -471,10 +465,9 @@ Result<RankPlan> PlanFile::rank(int64_t rank) const {
         return bad("read item '" + item->key()->str() + "'");
       plan.reads.push_back({item->key()->str(), static_cast<ItemSource>(item->source()),
                             static_cast<dcp::DType>(item->dtype()), dims(item->global_shape()),
-                            dims(item->chunk_offsets()),
-                            dims(item->chunk_sizes()), readRef(item->buffer()),
-                            item->file()->str(), item->item_offset(), item->item_length(),
-                            item->data_offset(), item->data_length()});
+                            dims(item->chunk_offsets()), dims(item->chunk_sizes()),
+                            readRef(item->buffer()), item->file()->str(), item->item_offset(),
+                            item->item_length(), item->data_offset(), item->data_length()});
       const ReadItem &read = plan.reads.back();
       if (!plainName(read.file) ||
           !rangeInside(read.itemOffset, read.itemLength, read.dataOffset, read.dataLength) ||
@@ -609,8 +602,10 @@ Result<std::string> PlanFile::toJSON(std::optional<int64_t> onlyRank) const {
     rankJSON["writes"] = writes;
     ordered_json reads = ordered_json::array();
     for (const ReadItem &item : plan->reads) {
-      ordered_json entry{{"key", item.key}, {"source", sourceName(item.source)},
-                         {"dtype", dtypeName(item.dtype)}, {"chunk_offsets", item.chunkOffsets},
+      ordered_json entry{{"key", item.key},
+                         {"source", sourceName(item.source)},
+                         {"dtype", dtypeName(item.dtype)},
+                         {"chunk_offsets", item.chunkOffsets},
                          {"chunk_sizes", item.chunkSizes}};
       if (item.source == ItemSource::Buffer)
         entry["to"] = refJSON(item.buffer);

@@ -8,8 +8,8 @@
 #include "fsdp/Runtime/Checkpoint.h"
 #include "fsdp/Runtime/CheckpointReader.h"
 #include "fsdp/Runtime/Checkpointer.h"
-#include "fsdp/Runtime/Protocol.h"
 #include "fsdp/Runtime/Inspect.h"
+#include "fsdp/Runtime/Protocol.h"
 #include "fsdp/Support/Printable.h"
 
 #include <CLI/CLI.hpp>
@@ -48,8 +48,8 @@ std::function<void(const Progress &)> progressPrinter(const char *what, bool spe
     // Only long runs get progress lines.
     if (progress.seconds < 2.0 && progress.bytesTotal < (256u << 20))
       return;
-    std::fprintf(stderr, "%s: %s / %s, %.2f GB/s\n", what,
-                 gigabytes(progress.bytesDone).c_str(), gigabytes(progress.bytesTotal).c_str(),
+    std::fprintf(stderr, "%s: %s / %s, %.2f GB/s\n", what, gigabytes(progress.bytesDone).c_str(),
+                 gigabytes(progress.bytesTotal).c_str(),
                  progress.seconds > 0 ? progress.bytesDone / progress.seconds / 1e9 : 0.0);
   };
 }
@@ -139,11 +139,13 @@ int run(int argc, char **argv) {
   save->add_option("--plan", planPath, "Plan file (or directory of per-rank plans)")->required();
   save->add_option("--dir", dir, "Checkpoint directory to create")->required();
   save->add_option("--fill", seed, "Seed of the deterministic values (docs/TestValues.md)")
-      ->required()->check(seedCheck);
+      ->required()
+      ->check(seedCheck);
   save->add_option("--step", step, "Optimizer step count to store");
   save->add_flag("--overwrite", overwrite, "Replace an existing checkpoint atomically");
-  save->add_option("--inject-fault", fault,
-                   "Testing: OP:N:ERRNO|KILL|PAUSE, e.g. write:3:EIO, sync:2:KILL or write:1:PAUSE");
+  save->add_option(
+      "--inject-fault", fault,
+      "Testing: OP:N:ERRNO|KILL|PAUSE, e.g. write:3:EIO, sync:2:KILL or write:1:PAUSE");
   save->add_option("--inject-fault-rank", faultRank, "Testing: the one rank to inject into");
 
   CLI::App *load = app.add_subcommand("load", "Load a checkpoint into the plan's layout");
@@ -257,8 +259,7 @@ int run(int argc, char **argv) {
     std::string line = summary(checkpointer, loaded->stats, "into");
     if (seed >= 0)
       if (Status checked = checkpointer.check(static_cast<uint32_t>(seed)); !checked)
-        return fail(&checkpointer, command,
-                    propagate(checked, "check failed: " + checked.error()));
+        return fail(&checkpointer, command, propagate(checked, "check failed: " + checked.error()));
     if (speaks)
       std::printf("loaded %s: %s%s\n", dir.c_str(), line.c_str(),
                   seed >= 0 ? ", every element checked" : "");

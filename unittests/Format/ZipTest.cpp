@@ -23,8 +23,8 @@
 using namespace fsdp;
 using namespace fsdp::zip;
 using namespace std::string_literals;
-using dcp::DType;
 using dcp::Dims;
+using dcp::DType;
 
 namespace {
 
@@ -41,8 +41,8 @@ std::string tempPath(const std::string &name) {
 
 std::pair<int, std::string> runPythonCheck(const std::string &args) {
   std::string log = tempPath("python.log");
-  std::string command = std::string(FSDP_PYTHON3) + " " + FSDP_FORMAT_PYTHON_CHECK + " " +
-                        args + " > " + log + " 2>&1";
+  std::string command = std::string(FSDP_PYTHON3) + " " + FSDP_FORMAT_PYTHON_CHECK + " " + args +
+                        " > " + log + " 2>&1";
   int status = std::system(command.c_str());
   std::ifstream in(log);
   std::stringstream text;
@@ -170,10 +170,10 @@ TEST(ZipWriter, TensorItemRoundTrip) {
   std::vector<std::string> names;
   for (const Entry &e : opened->entries)
     names.push_back(e.name);
-  EXPECT_EQ(names, (std::vector<std::string>{
-                       "archive/data.pkl", "archive/.format_version",
-                       "archive/.storage_alignment", "archive/byteorder", "archive/data/0",
-                       "archive/version", "archive/.data/serialization_id"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"archive/data.pkl", "archive/.format_version",
+                                             "archive/.storage_alignment", "archive/byteorder",
+                                             "archive/data/0", "archive/version",
+                                             "archive/.data/serialization_id"}));
   auto record = decodeTensorPickle(opened->dataPkl);
   ASSERT_TRUE(record) << record.error();
   EXPECT_EQ(record->size, (Dims{3, 4}));
@@ -185,8 +185,7 @@ TEST(ZipWriter, TensorItemRoundTrip) {
   EXPECT_EQ(data->size, 48u);
   EXPECT_TRUE(verifyEntryCrc(source, *data));
   std::string out(48, '\0');
-  ASSERT_TRUE(copyToContiguous(*record, item.bytes.data() + data->dataOffset, data->size,
-                               &out[0]));
+  ASSERT_TRUE(copyToContiguous(*record, item.bytes.data() + data->dataOffset, data->size, &out[0]));
   EXPECT_EQ(out, item.data);
 }
 
@@ -332,14 +331,14 @@ TEST(ZipReader, BadCrc) {
 
 TEST(ZipReader, DeflatedEntriesAreRefused) {
   // CPython zipfile, ZIP_DEFLATED: archive/data.pkl deflated, version stored.
-  std::string deflated = fromHex(
-      "504b0304140000000800f5b37d5d931af9d0080000002000000010000000617263686976652f"
-      "646174612e706b6c6b60f2d36bc08301504b030414000000000000002100d19e675502000000"
-      "020000000f000000617263686976652f76657273696f6e330a504b01021403140000000800f5"
-      "b37d5d931af9d00800000020000000100000000000000000000000800100000000617263686976"
-      "652f646174612e706b6c504b0102140314000000000000002100d19e67550200000002000000"
-      "0f0000000000000000000000800136000000617263686976652f76657273696f6e504b0506000000"
-      "00020002007b000000650000000000");
+  std::string deflated =
+      fromHex("504b0304140000000800f5b37d5d931af9d0080000002000000010000000617263686976652f"
+              "646174612e706b6c6b60f2d36bc08301504b030414000000000000002100d19e675502000000"
+              "020000000f000000617263686976652f76657273696f6e330a504b01021403140000000800f5"
+              "b37d5d931af9d00800000020000000100000000000000000000000800100000000617263686976"
+              "652f646174612e706b6c504b0102140314000000000000002100d19e67550200000002000000"
+              "0f0000000000000000000000800136000000617263686976652f76657273696f6e504b0506000000"
+              "00020002007b000000650000000000");
   MemorySource source(deflated);
   auto entries = readDirectory(source);
   ASSERT_TRUE(entries) << entries.error();
@@ -363,8 +362,7 @@ TEST(ZipReader, HeaderInconsistencies) {
 
   std::string renamed = item.bytes;
   renamed[30] = 'X'; // first letter of data.pkl's name in its local header
-  EXPECT_NE(openError(renamed).find("local header names 'Xrchive/data.pkl'"),
-            std::string::npos)
+  EXPECT_NE(openError(renamed).find("local header names 'Xrchive/data.pkl'"), std::string::npos)
       << openError(renamed);
 
   std::string encrypted = item.bytes;
@@ -431,9 +429,8 @@ TEST(TorchSaveItem, StructuralErrors) {
             "zip: torch.save archive: record 'other/version' is outside folder 'archive'");
   EXPECT_EQ(openError(archive({{"data.pkl", pkl}})),
             "zip: torch.save archive: first record 'data.pkl' is not inside a folder");
-  EXPECT_EQ(openError(archive({{"a/data.pkl", pkl},
-                               {"a/.data/version", "2"},
-                               {"a/byteorder", "middle"}})),
+  EXPECT_EQ(openError(archive(
+                {{"a/data.pkl", pkl}, {"a/.data/version", "2"}, {"a/byteorder", "middle"}})),
             "zip: torch.save archive: unknown byteorder 'middle'");
   std::string bigEndian =
       archive({{"x/data.pkl", pkl}, {"x/.data/version", "2"}, {"x/byteorder", "big"}});
@@ -447,11 +444,12 @@ TEST(TorchSaveItem, StructuralErrors) {
 
 TEST(TensorPickle, EveryDTypeRoundTrips) {
   for (DType dtype :
-       {DType::Float64, DType::Float32, DType::Float16, DType::BFloat16, DType::Int64,
-        DType::Int32, DType::Int16, DType::Int8, DType::UInt8, DType::Bool,
-        DType::Complex32, DType::Complex64, DType::Complex128, DType::Float8E4M3FN,
-        DType::Float8E4M3FNUZ, DType::Float8E5M2, DType::Float8E5M2FNUZ,
-        DType::Float8E8M0FNU, DType::UInt16, DType::UInt32, DType::UInt64}) {
+       {DType::Float64,        DType::Float32,       DType::Float16,        DType::BFloat16,
+        DType::Int64,          DType::Int32,         DType::Int16,          DType::Int8,
+        DType::UInt8,          DType::Bool,          DType::Complex32,      DType::Complex64,
+        DType::Complex128,     DType::Float8E4M3FN,  DType::Float8E4M3FNUZ, DType::Float8E5M2,
+        DType::Float8E5M2FNUZ, DType::Float8E8M0FNU, DType::UInt16,         DType::UInt32,
+        DType::UInt64}) {
     const dcp::DTypeInfo &info = dcp::dtypeInfo(dtype);
     for (const Dims &size : {Dims{}, Dims{7}, Dims{2, 3}, Dims{2, 1, 3}, Dims{1, 2, 1, 2, 2}}) {
       auto record = contiguousTensor(dtype, size);
@@ -459,7 +457,11 @@ TEST(TensorPickle, EveryDTypeRoundTrips) {
       auto pkl = encodeTensorPickle(*record);
       ASSERT_TRUE(pkl) << pkl.error();
       std::string rebuild = info.legacyStorage ? "_rebuild_tensor_v2" : "_rebuild_tensor_v3";
-      EXPECT_EQ(pkl->find("\x80\x02" "ctorch._utils\n" + rebuild + "\n"), 0u) << info.name;
+      EXPECT_EQ(pkl->find("\x80\x02"
+                          "ctorch._utils\n" +
+                          rebuild + "\n"),
+                0u)
+          << info.name;
       auto back = decodeTensorPickle(*pkl);
       ASSERT_TRUE(back) << info.name << ": " << back.error();
       EXPECT_EQ(back->dtype, dtype);
@@ -572,9 +574,8 @@ TEST(TensorPickle, Errors) {
     auto record = decodeTensorPickle(pkl);
     return record ? std::string("(no error)") : record.error();
   };
-  EXPECT_EQ(error("\x80\x02N."),
-            "tensor data.pkl: not a _rebuild_tensor, _rebuild_tensor_v2 or "
-            "_rebuild_tensor_v3 call");
+  EXPECT_EQ(error("\x80\x02N."), "tensor data.pkl: not a _rebuild_tensor, _rebuild_tensor_v2 or "
+                                 "_rebuild_tensor_v3 call");
   pickle::Writer w;
   w.global("torch._utils", "_rebuild_tensor_v2");
   w.mark();

@@ -39,15 +39,15 @@ using namespace fsdp::layout;
 // gtest assertions in the per-piece loops of the property tests cost seconds
 // in unoptimized builds; these check with a plain `if` and build a message
 // only on failure (returning from the test like ASSERT_*).
-#define REQUIRE(cond)                                                          \
-  if (cond) {                                                                  \
-  } else                                                                       \
+#define REQUIRE(cond)                                                                              \
+  if (cond) {                                                                                      \
+  } else                                                                                           \
     FAIL() << "check failed: " #cond " "
-#define REQUIRE_EQ(a, b)                                                       \
-  if ((a) == (b)) {                                                            \
-  } else                                                                       \
-    FAIL() << "expected " #a " == " #b ": " << ::testing::PrintToString(a)    \
-           << " vs " << ::testing::PrintToString(b) << " "
+#define REQUIRE_EQ(a, b)                                                                           \
+  if ((a) == (b)) {                                                                                \
+  } else                                                                                           \
+    FAIL() << "expected " #a " == " #b ": " << ::testing::PrintToString(a) << " vs "               \
+           << ::testing::PrintToString(b) << " "
 
 namespace {
 
@@ -99,11 +99,8 @@ TEST(LayoutVectors, FillsGapsFiveRanks) {
 
   // rows[rank][tensor]: r0 P0 (2,6); r1 P1 (3,4); r2 P1 (1,4), P2 (1,4),
   // P3 (1,2); r3 P2 (3,4); r4 P4 (1,6).
-  const int64_t expectedRows[5][5] = {{2, 0, 0, 0, 0},
-                                      {0, 3, 0, 0, 0},
-                                      {0, 1, 1, 1, 0},
-                                      {0, 0, 3, 0, 0},
-                                      {0, 0, 0, 0, 1}};
+  const int64_t expectedRows[5][5] = {
+      {2, 0, 0, 0, 0}, {0, 3, 0, 0, 0}, {0, 1, 1, 1, 0}, {0, 0, 3, 0, 0}, {0, 0, 0, 0, 1}};
   std::vector<Range> ranges = rankRanges(layout.size, {5}, {S});
   ASSERT_EQ(ranges.size(), 5u);
   for (int rank = 0; rank < 5; ++rank) {
@@ -181,10 +178,9 @@ TEST(WorkedExample, PiecesTable) {
   std::vector<Range> ranges = rankRanges(layout.size, {4}, {S});
   // {rowOffset, rows, localOffset}; empty pieces report the rows lower ranks
   // own (P0 on ranks 2-3: 5; P2 on rank 3: 4) and local offset 0.
-  const Piece expected[3][4] = {
-      {{0, 4, 0}, {4, 1, 0}, {5, 0, 0}, {5, 0, 0}},  // P0 [5,3]
-      {{0, 0, 0}, {0, 0, 0}, {0, 0, 0}, {0, 7, 0}},  // P1 [7]
-      {{0, 0, 0}, {0, 1, 8}, {1, 3, 0}, {4, 0, 0}}}; // P2 [4,4]
+  const Piece expected[3][4] = {{{0, 4, 0}, {4, 1, 0}, {5, 0, 0}, {5, 0, 0}},  // P0 [5,3]
+                                {{0, 0, 0}, {0, 0, 0}, {0, 0, 0}, {0, 7, 0}},  // P1 [7]
+                                {{0, 0, 0}, {0, 1, 8}, {1, 3, 0}, {4, 0, 0}}}; // P2 [4,4]
   for (int t = 0; t < 3; ++t)
     for (int rank = 0; rank < 4; ++rank)
       EXPECT_EQ(pieceOf(layout.offsets[t], kExample[t], ranges[rank]), expected[t][rank])
@@ -428,8 +424,7 @@ TEST(Errors, Placements) {
   ASSERT_FALSE(size.ok());
   EXPECT_TRUE(contains(size.error(), "axis 1")) << size.error();
 
-  fsdp::Status overflow =
-      checkPlacements({int64_t(1) << 32, int64_t(1) << 32}, {R, S});
+  fsdp::Status overflow = checkPlacements({int64_t(1) << 32, int64_t(1) << 32}, {R, S});
   ASSERT_FALSE(overflow.ok());
   EXPECT_TRUE(contains(overflow.error(), "overflow")) << overflow.error();
 }
@@ -441,8 +436,7 @@ protected:
   const std::vector<int64_t> mesh = {4};
   const std::vector<Placement> placements = {S};
 
-  std::string rejection(const PackedLayout &layout,
-                        const std::vector<Shape> &shapes = kExample) {
+  std::string rejection(const PackedLayout &layout, const std::vector<Shape> &shapes = kExample) {
     fsdp::Status status = verifyLayout(shapes, layout, mesh, placements);
     EXPECT_FALSE(status.ok()) << "layout was accepted";
     return status.ok() ? std::string() : status.error();
@@ -615,8 +609,8 @@ int64_t pieceIndex(const std::vector<int64_t> &coords, const std::vector<int64_t
   return index;
 }
 
-Range rankRange(int64_t size, const std::vector<int64_t> &coords,
-                const std::vector<int64_t> &mesh, const std::vector<Placement> &placements) {
+Range rankRange(int64_t size, const std::vector<int64_t> &coords, const std::vector<int64_t> &mesh,
+                const std::vector<Placement> &placements) {
   int64_t pieces;
   int64_t index = pieceIndex(coords, mesh, placements, pieces);
   return Range{index * (size / pieces), (index + 1) * (size / pieces)};
@@ -734,8 +728,7 @@ TEST(LayoutProperty, MatchesReferenceAndTiles) {
       REQUIRE(layout.offsets[t] + numel <= layout.size);
       for (size_t u = 0; u < t; ++u) {
         const int64_t otherEnd = layout.offsets[u] + ref::product(c.shapes[u], 0);
-        REQUIRE(layout.offsets[t] + numel <= layout.offsets[u] ||
-                    otherEnd <= layout.offsets[t])
+        REQUIRE(layout.offsets[t] + numel <= layout.offsets[u] || otherEnd <= layout.offsets[t])
             << "tensors " << u << " and " << t << " overlap";
       }
     }
@@ -751,13 +744,12 @@ TEST(LayoutProperty, MatchesReferenceAndTiles) {
       const std::vector<int64_t> &coords = coordsOf[rank] = rankCoords(rank, c.mesh);
       REQUIRE_EQ(ranges[rank], ref::rankRange(layout.size, coords, c.mesh, c.placements));
       int64_t pieces;
-      const int64_t index = shardOf[rank] =
-          ref::pieceIndex(coords, c.mesh, c.placements, pieces);
+      const int64_t index = shardOf[rank] = ref::pieceIndex(coords, c.mesh, c.placements, pieces);
       REQUIRE_EQ(pieces, shards);
       REQUIRE_EQ(shardIndex(rank, c.mesh, c.placements), index);
-      REQUIRE_EQ(localRange(layout.size, c.mesh, shardCoords(index, c.mesh, c.placements),
-                           c.placements),
-                ranges[rank]);
+      REQUIRE_EQ(
+          localRange(layout.size, c.mesh, shardCoords(index, c.mesh, c.placements), c.placements),
+          ranges[rank]);
     }
 
     // Pieces over the distinct shards, in buffer order: whole rows inside the
@@ -800,8 +792,7 @@ TEST(LayoutProperty, MatchesReferenceAndTiles) {
       for (int64_t rank = 0; rank < ranks; ++rank) {
         const std::vector<int64_t> &coords = coordsOf[rank];
         const std::vector<int64_t> &canonical = canonicalByRank[rank];
-        const Range canonicalRange =
-            canonicalRowsForCoords(shape[0], c.mesh, coords, c.placements);
+        const Range canonicalRange = canonicalRowsForCoords(shape[0], c.mesh, coords, c.placements);
         REQUIRE_EQ(canonicalRange.size(), int64_t(canonical.size()));
         if (!canonical.empty()) {
           REQUIRE_EQ(canonicalRange.begin, canonical.front());
@@ -811,9 +802,8 @@ TEST(LayoutProperty, MatchesReferenceAndTiles) {
             (real.rows > 0 && real.rowOffset != canonical.front()))
           differs = true;
       }
-      REQUIRE_EQ(differsFromCanonical(layout.offsets[t], shape, layout.size, c.mesh,
-                                     c.placements),
-                differs)
+      REQUIRE_EQ(differsFromCanonical(layout.offsets[t], shape, layout.size, c.mesh, c.placements),
+                 differs)
           << "tensor " << t;
       differing += differs;
     }
@@ -833,8 +823,7 @@ TEST(LayoutProperty, MatchesReferenceAndTiles) {
           FAIL() << "element " << layout.offsets[t] + e << " owned twice";
         slot = int(t);
       }
-    std::vector<std::vector<Piece>> held(static_cast<size_t>(shards),
-                                         std::vector<Piece>(tensors));
+    std::vector<std::vector<Piece>> held(static_cast<size_t>(shards), std::vector<Piece>(tensors));
     std::vector<int64_t> seen(tensors, 0); // elements of t in earlier shards
     for (int64_t s = 0; s < shards; ++s) {
       const int64_t begin = s * shardLength, end = begin + shardLength;

@@ -43,7 +43,7 @@ TEST(Intersect, Basics) {
   EXPECT_EQ(*common, (Box{{2, 3}, {2, 3}}));
   EXPECT_FALSE(intersect(a, Box{{4, 0}, {1, 6}}).has_value()); // touching
   EXPECT_FALSE(intersect(a, Box{{0}, {4}}).has_value());       // other rank
-  EXPECT_EQ(intersect(Box{}, Box{}), Box{});                    // scalars
+  EXPECT_EQ(intersect(Box{}, Box{}), Box{});                   // scalars
   EXPECT_EQ(boxElements(Box{}), 1);
   EXPECT_EQ(boxElements(Box{{0, 0}, {3, 0}}), 0);
 }

@@ -1,8 +1,8 @@
 //===- CheckpointPlanTest.cpp - Per-rank plans and the global metadata ----===//
-#include "fsdp/Layout/Overlap.h"
 #include "fsdp/Plan/CheckpointPlan.h"
-#include "fsdp/Plan/PlanFile.h"
 #include "../TestModels.h"
+#include "fsdp/Layout/Overlap.h"
+#include "fsdp/Plan/PlanFile.h"
 
 #include <gtest/gtest.h>
 
@@ -21,7 +21,8 @@ using fsdp::testmodels::workedExample;
 std::set<std::string> keysOf(const RankPlan &plan) {
   std::set<std::string> keys;
   for (const WriteItem &item : plan.writes)
-    keys.insert(item.key + (item.chunkOffsets.empty() ? "" : "@" + std::to_string(item.chunkOffsets[0])));
+    keys.insert(item.key +
+                (item.chunkOffsets.empty() ? "" : "@" + std::to_string(item.chunkOffsets[0])));
   return keys;
 }
 
@@ -167,15 +168,21 @@ TEST(CheckpointPlan, GlobalMetadataHasEveryKey) {
   std::vector<std::string> keys;
   for (const auto &entry : metadata->stateDictMetadata)
     keys.push_back(entry.first);
-  std::vector<std::string> expected = {
-      "model.p0", "model.p1", "model.p2",
-      "optimizer.state.p0.exp_avg", "optimizer.state.p0.exp_avg_sq",
-      "optimizer.state.p1.exp_avg", "optimizer.state.p1.exp_avg_sq",
-      "optimizer.state.p2.exp_avg", "optimizer.state.p2.exp_avg_sq",
-      "optimizer.state.p0.step", "optimizer.state.p1.step", "optimizer.state.p2.step"};
-  for (const char *name : {"lr", "betas", "eps", "weight_decay", "amsgrad", "maximize",
-                           "foreach", "capturable", "differentiable", "fused",
-                           "decoupled_weight_decay", "params"})
+  std::vector<std::string> expected = {"model.p0",
+                                       "model.p1",
+                                       "model.p2",
+                                       "optimizer.state.p0.exp_avg",
+                                       "optimizer.state.p0.exp_avg_sq",
+                                       "optimizer.state.p1.exp_avg",
+                                       "optimizer.state.p1.exp_avg_sq",
+                                       "optimizer.state.p2.exp_avg",
+                                       "optimizer.state.p2.exp_avg_sq",
+                                       "optimizer.state.p0.step",
+                                       "optimizer.state.p1.step",
+                                       "optimizer.state.p2.step"};
+  for (const char *name :
+       {"lr", "betas", "eps", "weight_decay", "amsgrad", "maximize", "foreach", "capturable",
+        "differentiable", "fused", "decoupled_weight_decay", "params"})
     expected.push_back(std::string("optimizer.param_groups.0.") + name);
   EXPECT_EQ(keys, expected);
   const dcp::StorageMetadata *p2 = metadata->find("model.p2");
@@ -196,8 +203,8 @@ TEST(CheckpointPlan, TiedParameterHasOneModelKeyPerFQN) {
   model.meshAxisNames = {"dp"};
   model.meshSizes = {2};
   model.optimizer.present = true;
-  model.groups.push_back(makeGroup("", {{"embed.weight", "head.weight"}, {"norm"}},
-                                   {{16, 8}, {8}}, {2}, {layout::Placement::Shard}));
+  model.groups.push_back(makeGroup("", {{"embed.weight", "head.weight"}, {"norm"}}, {{16, 8}, {8}},
+                                   {2}, {layout::Placement::Shard}));
   model.optimizerParams = {"embed.weight", "norm"};
   Result<dcp::Metadata> metadata = planGlobalMetadata(model);
   ASSERT_TRUE(metadata.ok()) << metadata.error();
@@ -221,8 +228,8 @@ TEST(CheckpointPlan, HSDPReplicasWriteEachChunkOnceAndShareTheWork) {
     shapes.push_back({8 + i, 4});
     model.optimizerParams.push_back("w" + std::to_string(i));
   }
-  model.groups.push_back(makeGroup("", fqns, shapes, {3, 2},
-                                   {Placement::Replicate, Placement::Shard}));
+  model.groups.push_back(
+      makeGroup("", fqns, shapes, {3, 2}, {Placement::Replicate, Placement::Shard}));
   checkWholePlan(model);
   // The three replicas of inner shard 0 are ranks 0, 2 and 4; their tensor
   // bytes differ by at most one item's bytes.
@@ -274,8 +281,8 @@ TEST(CheckpointPlan, RandomModelsPlanConsistently) {
         shapes.push_back(shape);
       }
       bool trainable = pick(0, 4) != 0;
-      model.groups.push_back(makeGroup("u" + std::to_string(g), fqns, shapes,
-                                       model.meshSizes, placements, trainable));
+      model.groups.push_back(
+          makeGroup("u" + std::to_string(g), fqns, shapes, model.meshSizes, placements, trainable));
       if (trainable)
         for (const auto &names : fqns)
           model.optimizerParams.push_back(names.front());
@@ -309,7 +316,8 @@ TEST(CheckpointPlan, RejectsBadInput) {
 }
 
 TEST(PlanFile, RoundTripsEveryRank) {
-  ModelLayout model = workedExample({2, 2}, {layout::Placement::Replicate, layout::Placement::Shard});
+  ModelLayout model =
+      workedExample({2, 2}, {layout::Placement::Replicate, layout::Placement::Shard});
   Result<std::string> bytes = buildPlanFile(model);
   ASSERT_TRUE(bytes.ok()) << bytes.error();
   Result<PlanFile> file = PlanFile::fromBytes(*bytes, "plan");

@@ -8,10 +8,10 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "../TestModels.h"
 #include "fsdp/Plan/PlanFile.h"
 #include "fsdp/Runtime/Checkpointer.h"
 #include "fsdp/Runtime/Protocol.h"
-#include "../TestModels.h"
 
 #include <gtest/gtest.h>
 
@@ -78,8 +78,7 @@ std::vector<Status> saveOnRanks(const plan::PlanFile &plan, const std::string &d
 }
 
 /// Every rank of `plan` loads `dir` and checks SEED's values.
-std::vector<Status> loadOnRanks(const plan::PlanFile &plan, const std::string &dir,
-                                uint32_t seed) {
+std::vector<Status> loadOnRanks(const plan::PlanFile &plan, const std::string &dir, uint32_t seed) {
   PerRank<Status> statuses(plan.worldSize());
   onRanks(plan.worldSize(), [&](int64_t rank, std::unique_ptr<Communicator> comm) {
     Result<std::unique_ptr<Checkpointer>> opened = Checkpointer::open(plan, std::move(comm));
@@ -101,8 +100,8 @@ void expectAllOk(const std::vector<Status> &statuses) {
 TEST(Protocol, OneRanksErrorReachesEveryRank) {
   PerRank<Status> statuses(4);
   onRanks(4, [&](int64_t rank, std::unique_ptr<Communicator> comm) {
-    Status local = rank == 2 ? Status(makeError("bad bytes", ErrorKind::Corrupt))
-                             : Status::success();
+    Status local =
+        rank == 2 ? Status(makeError("bad bytes", ErrorKind::Corrupt)) : Status::success();
     statuses.values[rank] = agree(*comm, local, /*root=*/3);
   });
   for (const Status &status : statuses.values) {
@@ -116,12 +115,12 @@ TEST(Protocol, TheRootDecidesOverEveryPayload) {
   PerRank<Status> statuses(3);
   std::vector<std::string> seen;
   onRanks(3, [&](int64_t rank, std::unique_ptr<Communicator> comm) {
-    statuses.values[rank] = agreeThenDecide(
-        *comm, Status::success(), "payload " + std::to_string(rank), /*root=*/1,
-        [&](const std::vector<std::string> &payloads) -> Status {
-          seen = payloads; // only the root runs this
-          return makeError("the root says no", ErrorKind::Busy);
-        });
+    statuses.values[rank] =
+        agreeThenDecide(*comm, Status::success(), "payload " + std::to_string(rank), /*root=*/1,
+                        [&](const std::vector<std::string> &payloads) -> Status {
+                          seen = payloads; // only the root runs this
+                          return makeError("the root says no", ErrorKind::Busy);
+                        });
   });
   EXPECT_EQ(seen, (std::vector<std::string>{"payload 0", "payload 1", "payload 2"}));
   for (const Status &status : statuses.values) {
@@ -160,8 +159,7 @@ TEST(Communicators, SplitIntoReplicaGroups) {
     received.values[rank] = *value;
   });
   EXPECT_EQ(childRanks.values, (std::vector<int64_t>{1, 1, 0, 0}));
-  EXPECT_EQ(received.values,
-            (std::vector<std::string>{"from 2", "from 3", "from 2", "from 3"}));
+  EXPECT_EQ(received.values, (std::vector<std::string>{"from 2", "from 3", "from 2", "from 3"}));
 }
 
 TEST(Communicators, CallbacksCarryVariableSizesOverFixedSizeCollectives) {
@@ -224,9 +222,9 @@ TEST(MultiRank, SaveVerifyAndReshardBetweenWorldSizes) {
   // Into 1, 2 and 3 ranks, and a 2 x 2 HSDP mesh: every element checked.
   for (int64_t size : {1, 2, 3})
     expectAllOk(loadOnRanks(planFor(workedExample({size})), work + "/four", 11));
-  expectAllOk(loadOnRanks(planFor(workedExample({2, 2}, {layout::Placement::Replicate,
-                                                         layout::Placement::Shard})),
-                          work + "/four", 11));
+  expectAllOk(loadOnRanks(
+      planFor(workedExample({2, 2}, {layout::Placement::Replicate, layout::Placement::Shard})),
+      work + "/four", 11));
   // A reshard: load on 3 ranks, save from them, load that on 2.
   plan::PlanFile three = planFor(workedExample({3}));
   PerRank<Status> resharded(3);

@@ -55,7 +55,9 @@ TEST(Printable, KeepsTextAndEscapesControls) {
   EXPECT_EQ(printable("del\x7f"), "del\\x7f");
   // C1 controls encoded in UTF-8 (U+009B is CSI), a raw C1 byte, overlong
   // and truncated sequences, surrogates: every byte escaped.
-  EXPECT_EQ(printable("\xc2\x9b" "2J"), "\\xc2\\x9b2J");
+  EXPECT_EQ(printable("\xc2\x9b"
+                      "2J"),
+            "\\xc2\\x9b2J");
   EXPECT_EQ(printable("\x9b"), "\\x9b");
   EXPECT_EQ(printable("\xc0\xaf"), "\\xc0\\xaf");
   EXPECT_EQ(printable("\xe6\x97"), "\\xe6\\x97");
@@ -72,8 +74,7 @@ TEST(ErrorKinds, KeptAcrossLayers) {
   EXPECT_EQ(wrapped.errnum, 5);
   EXPECT_EQ(wrapped.message, "save failed: x: write failed: Input/output error");
   // classify gives a kind only to errors no layer classified.
-  EXPECT_EQ(classify(Status(makeError("parse")), "m", ErrorKind::Corrupt).kind,
-            ErrorKind::Corrupt);
+  EXPECT_EQ(classify(Status(makeError("parse")), "m", ErrorKind::Corrupt).kind, ErrorKind::Corrupt);
   EXPECT_EQ(classify(Status(makeError("gone", ErrorKind::NotFound)), "m", ErrorKind::Corrupt).kind,
             ErrorKind::NotFound);
   // Across ranks: ProtocolTest.cpp.

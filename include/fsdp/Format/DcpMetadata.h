@@ -87,9 +87,8 @@ struct TensorProperties {
   int memoryFormat = 0;
   bool pinMemory = false;
   bool operator==(const TensorProperties &o) const {
-    return dtype == o.dtype && layout == o.layout &&
-           requiresGrad == o.requiresGrad && memoryFormat == o.memoryFormat &&
-           pinMemory == o.pinMemory;
+    return dtype == o.dtype && layout == o.layout && requiresGrad == o.requiresGrad &&
+           memoryFormat == o.memoryFormat && pinMemory == o.pinMemory;
   }
 };
 
@@ -97,9 +96,7 @@ struct TensorProperties {
 struct ChunkMetadata {
   Dims offsets;
   Dims sizes;
-  bool operator==(const ChunkMetadata &o) const {
-    return offsets == o.offsets && sizes == o.sizes;
-  }
+  bool operator==(const ChunkMetadata &o) const { return offsets == o.offsets && sizes == o.sizes; }
 };
 
 /// A state_dict_metadata value: TensorStorageMetadata, or
@@ -111,8 +108,7 @@ struct StorageMetadata {
   std::vector<ChunkMetadata> chunks;
   bool operator==(const StorageMetadata &o) const {
     return isBytes == o.isBytes &&
-           (isBytes || (properties == o.properties && size == o.size &&
-                        chunks == o.chunks));
+           (isBytes || (properties == o.properties && size == o.size && chunks == o.chunks));
   }
 };
 
@@ -136,8 +132,8 @@ struct StorageInfo {
   /// e.g. {"stream.zstd/1"}; absent unless stream transforms were used.
   std::optional<std::vector<std::string>> transformDescriptors;
   bool operator==(const StorageInfo &o) const {
-    return relativePath == o.relativePath && offset == o.offset &&
-           length == o.length && transformDescriptors == o.transformDescriptors;
+    return relativePath == o.relativePath && offset == o.offset && length == o.length &&
+           transformDescriptors == o.transformDescriptors;
   }
 };
 
@@ -148,8 +144,8 @@ struct StorageMeta {
   std::optional<std::string> loadId;
   std::vector<std::string> modules;
   bool operator==(const StorageMeta &o) const {
-    return checkpointId == o.checkpointId && saveId == o.saveId &&
-           loadId == o.loadId && modules == o.modules;
+    return checkpointId == o.checkpointId && saveId == o.saveId && loadId == o.loadId &&
+           modules == o.modules;
   }
 };
 
@@ -162,20 +158,17 @@ struct Metadata {
   std::vector<std::pair<MetadataIndex, StorageInfo>> storageData;
   /// flat key -> path parts. Absent when None or in a form we do not know
   /// (custom planners); the default planner always writes it.
-  std::optional<std::vector<std::pair<std::string, std::vector<PathPart>>>>
-      plannerData;
+  std::optional<std::vector<std::pair<std::string, std::vector<PathPart>>>> plannerData;
   std::optional<StorageMeta> storageMeta;
   std::optional<std::string> version;
 
   /// Linear lookups; build an index for repeated use on large checkpoints.
   const StorageMetadata *find(std::string_view fqn) const;
   /// The storage of the chunk of `fqn` at `offsets` (nullopt: a bytes item).
-  const StorageInfo *findStorage(std::string_view fqn,
-                                 const std::optional<Dims> &offsets) const;
+  const StorageInfo *findStorage(std::string_view fqn, const std::optional<Dims> &offsets) const;
   bool operator==(const Metadata &o) const {
-    return stateDictMetadata == o.stateDictMetadata &&
-           storageData == o.storageData && plannerData == o.plannerData &&
-           storageMeta == o.storageMeta && version == o.version;
+    return stateDictMetadata == o.stateDictMetadata && storageData == o.storageData &&
+           plannerData == o.plannerData && storageMeta == o.storageMeta && version == o.version;
   }
 };
 
@@ -189,8 +182,8 @@ Status validateMetadata(const Metadata &metadata);
 /// Converts a parsed `.metadata` pickle, then validates it; fails when the
 /// converted values would exceed `budgetBytes` (memo references let a small
 /// pickle repeat one large value many times).
-Result<Metadata> metadataFromPickle(const pickle::Value &root,
-                                    uint64_t budgetBytes = uint64_t(1) << 40);
+Result<Metadata> metadataFromPickle(const pickle::Value &root, uint64_t budgetBytes = uint64_t(1)
+                                                                                      << 40);
 
 /// Parses `.metadata` bytes (restricted unpickler with the DCP allow-list).
 Result<Metadata> parseMetadata(std::string_view bytes);

@@ -65,7 +65,7 @@ struct ItemLayout {
   std::string header;      // archive bytes [0, dataOffset)
   uint64_t dataOffset = 0; // multiple of 64
   uint64_t dataSize = 0;
-  std::string trailer;     // archive bytes [dataOffset + dataSize, totalSize)
+  std::string trailer; // archive bytes [dataOffset + dataSize, totalSize)
   uint64_t totalSize = 0;
   /// Where the streamed record's CRC goes in `trailer` (its data descriptor
   /// and its central directory entry); zero until setDataCrc.
@@ -133,8 +133,7 @@ Result<std::vector<Entry>> readDirectory(const ByteSource &source);
 /// Reads a stored entry of at most `maxSize` bytes, checking its CRC unless
 /// told not to. Compressed entries are refused.
 Result<std::string> readEntry(const ByteSource &source, const Entry &entry,
-                              uint64_t maxSize = uint64_t(64) << 20,
-                              bool verifyCrc = true);
+                              uint64_t maxSize = uint64_t(64) << 20, bool verifyCrc = true);
 
 /// Checks a stored entry's CRC, reading it in pieces (any size).
 Status verifyEntryCrc(const ByteSource &source, const Entry &entry);
@@ -172,9 +171,7 @@ struct TensorRecord {
   dcp::Dims stride; // in elements
   bool requiresGrad = false;
 
-  uint64_t storageBytes() const {
-    return storageElements * dcp::dtypeInfo(dtype).elementSize;
-  }
+  uint64_t storageBytes() const { return storageElements * dcp::dtypeInfo(dtype).elementSize; }
   /// Elements of the view (product of `size`); decodeTensorPickle checks
   /// that its byte count fits in int64_t.
   uint64_t elementCount() const {
@@ -208,8 +205,8 @@ Result<TensorRecord> decodeTensorPickle(std::string_view dataPkl);
 /// in C order: out holds elementCount() * elementSize bytes (more than the
 /// storage when a stride is 0). Swaps each element's bytes if `swapBytes`
 /// (a big-endian item on a little-endian host).
-Status copyToContiguous(const TensorRecord &record, const void *storage,
-                        uint64_t storageBytes, void *out, bool swapBytes = false);
+Status copyToContiguous(const TensorRecord &record, const void *storage, uint64_t storageBytes,
+                        void *out, bool swapBytes = false);
 
 /// One opened torch.save item.
 struct TorchSaveItem {

@@ -20,10 +20,9 @@ struct ModelJSONImportOptions {
 /// Parses an `fsdp-model-v1` description (docs/ModelDescription.md) into a
 /// builtin module holding one verified `fsdp.model`. On error, emits one
 /// diagnostic naming `fileName` and the JSON path at fault and returns null.
-mlir::OwningOpRef<mlir::ModuleOp>
-importModelJSON(llvm::StringRef json, llvm::StringRef fileName,
-                mlir::MLIRContext *context,
-                const ModelJSONImportOptions &options = {});
+mlir::OwningOpRef<mlir::ModuleOp> importModelJSON(llvm::StringRef json, llvm::StringRef fileName,
+                                                  mlir::MLIRContext *context,
+                                                  const ModelJSONImportOptions &options = {});
 
 /// Registers `--import-model-json` (with `--mesh` and `--placements`) for
 /// fsdp-translate.

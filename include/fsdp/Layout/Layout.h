@@ -90,12 +90,10 @@ int64_t meshSize(const std::vector<int64_t> &meshSizes);
 
 /// Row-major flat rank of mesh coordinates, axis 0 slowest (torch DeviceMesh;
 /// it is the MPI rank).
-int64_t flatRank(const std::vector<int64_t> &coords,
-                 const std::vector<int64_t> &meshSizes);
+int64_t flatRank(const std::vector<int64_t> &coords, const std::vector<int64_t> &meshSizes);
 
 /// Inverse of flatRank.
-std::vector<int64_t> rankCoords(int64_t flatRank,
-                                const std::vector<int64_t> &meshSizes);
+std::vector<int64_t> rankCoords(int64_t flatRank, const std::vector<int64_t> &meshSizes);
 
 /// A half-open element (or row) range [begin, end).
 struct Range {
@@ -113,17 +111,14 @@ struct Range {
 /// mesh with checkPlacements; bufferSize should be a multiple of numShards
 /// (verifyLayout checks it).
 Range localRange(int64_t bufferSize, const std::vector<int64_t> &meshSizes,
-                 const std::vector<int64_t> &coords,
-                 const std::vector<Placement> &placements);
+                 const std::vector<int64_t> &coords, const std::vector<Placement> &placements);
 
 /// localRange of every rank, indexed by flat rank.
-std::vector<Range> rankRanges(int64_t bufferSize,
-                              const std::vector<int64_t> &meshSizes,
+std::vector<Range> rankRanges(int64_t bufferSize, const std::vector<int64_t> &meshSizes,
                               const std::vector<Placement> &placements);
 
 /// Number of distinct buffer pieces: product of the shard axes' sizes.
-int64_t numShards(const std::vector<int64_t> &meshSizes,
-                  const std::vector<Placement> &placements);
+int64_t numShards(const std::vector<int64_t> &meshSizes, const std::vector<Placement> &placements);
 
 /// Which distinct buffer piece a rank holds, counted in buffer order: the
 /// rank's range is [index * size/numShards, (index + 1) * size/numShards).
@@ -138,8 +133,7 @@ std::vector<int64_t> shardIndices(const std::vector<int64_t> &meshSizes,
 
 /// The coordinates of a rank that holds buffer piece `shardIndex`, with every
 /// replicate axis at 0 (the inverse of shardIndex on those ranks).
-std::vector<int64_t> shardCoords(int64_t shardIndex,
-                                 const std::vector<int64_t> &meshSizes,
+std::vector<int64_t> shardCoords(int64_t shardIndex, const std::vector<int64_t> &meshSizes,
                                  const std::vector<Placement> &placements);
 
 //===----------------------------------------------------------------------===//
@@ -157,8 +151,7 @@ struct Piece {
   int64_t localOffset = 0;
   bool empty() const { return rows == 0; }
   bool operator==(const Piece &other) const {
-    return rowOffset == other.rowOffset && rows == other.rows &&
-           localOffset == other.localOffset;
+    return rowOffset == other.rowOffset && rows == other.rows && localOffset == other.localOffset;
   }
 };
 
@@ -208,8 +201,7 @@ Range canonicalRowsForCoords(int64_t dim0, const std::vector<int64_t> &meshSizes
 /// canonical DTensor Shard(0) rows (canonicalRowsForCoords): a checkpointer
 /// that trusts the placements alone would save or load it wrong. Two empty
 /// pieces count as equal.
-bool differsFromCanonical(int64_t tensorOffset, const Shape &shape,
-                          int64_t bufferSize,
+bool differsFromCanonical(int64_t tensorOffset, const Shape &shape, int64_t bufferSize,
                           const std::vector<int64_t> &meshSizes,
                           const std::vector<Placement> &placements);
 

@@ -55,9 +55,9 @@ struct WriteItem {
   dcp::Dims globalShape;
   dcp::Dims chunkOffsets;
   dcp::Dims chunkSizes;
-  BufferRef buffer;     // Buffer items
-  std::string payload;  // Bytes items: the complete torch.save archive
-  uint32_t file = 0;    // index into RankPlan::files
+  BufferRef buffer;    // Buffer items
+  std::string payload; // Bytes items: the complete torch.save archive
+  uint32_t file = 0;   // index into RankPlan::files
   uint64_t itemOffset = 0;
   uint64_t itemLength = 0;
   uint64_t dataOffset = 0; // absolute offset of the raw bytes in the file
@@ -84,8 +84,8 @@ struct LocalBuffer {
   int32_t group = 0;
   BufferRole role = BufferRole::MainWeight;
   dcp::DType dtype = dcp::DType::Float32;
-  int64_t elements = 0;    // the group's shard size
-  int64_t rangeBegin = 0;  // where the shard starts in the group's buffer
+  int64_t elements = 0;   // the group's shard size
+  int64_t rangeBegin = 0; // where the shard starts in the group's buffer
   bool aliasesMainWeight = false;
 };
 

@@ -44,9 +44,9 @@ struct Progress {
 };
 
 struct TransferStats {
-  uint64_t bytes = 0;     // this rank's item bytes written or read
+  uint64_t bytes = 0; // this rank's item bytes written or read
   uint64_t items = 0;
-  double seconds = 0;     // this rank's wall time for the whole operation
+  double seconds = 0; // this rank's wall time for the whole operation
 };
 
 struct SaveOptions {

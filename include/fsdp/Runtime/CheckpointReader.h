@@ -84,9 +84,7 @@ public:
   Result<TensorItem *> tensorItem(const std::string &key, const dcp::ChunkMetadata &chunk);
   /// True while an item's bytes are still to be checked: reads of parts of
   /// it must go through readStorage first.
-  bool needsCheck(const TensorItem &item) const {
-    return options_.verifyItems && !item.verified;
-  }
+  bool needsCheck(const TensorItem &item) const { return options_.verifyItems && !item.verified; }
   /// The item's whole storage into `destination` (storageBytes() bytes),
   /// checking the item the first time.
   Status readStorage(TensorItem &item, char *destination);

@@ -29,13 +29,13 @@ int32_t testValue(uint32_t keyHash, uint64_t elementIndex, uint32_t seed);
 /// Writes `count` elements of `dtype` for elements [firstElement, +count) of
 /// key `keyHash` into `out` (element size from dcp::dtypeInfo). Fails for
 /// dtypes without a defined test value (complex, float8).
-Status fillTestValues(dcp::DType dtype, uint32_t keyHash, uint64_t firstElement,
-                      uint64_t count, uint32_t seed, void *out);
+Status fillTestValues(dcp::DType dtype, uint32_t keyHash, uint64_t firstElement, uint64_t count,
+                      uint32_t seed, void *out);
 
 /// Checks `count` elements against fillTestValues; on the first mismatch
 /// returns an error naming the element index, found and expected values.
-Status checkTestValues(dcp::DType dtype, uint32_t keyHash, uint64_t firstElement,
-                       uint64_t count, uint32_t seed, const void *data);
+Status checkTestValues(dcp::DType dtype, uint32_t keyHash, uint64_t firstElement, uint64_t count,
+                       uint32_t seed, const void *data);
 
 /// f32 -> bf16 / f16 with round-to-nearest-even, as PyTorch's `.to()` does
 /// (NaN stays NaN, overflow goes to infinity).

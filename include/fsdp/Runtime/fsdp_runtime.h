@@ -61,8 +61,8 @@ enum {
 typedef struct {
   int32_t group;
   int32_t role;
-  int32_t dtype;     /* fsdp::dcp::DType: 0 f64, 1 f32, 2 f16, 3 bf16, ... */
-  int64_t elements;  /* of this rank's shard */
+  int32_t dtype;    /* fsdp::dcp::DType: 0 f64, 1 f32, 2 f16, 3 bf16, ... */
+  int64_t elements; /* of this rank's shard */
   int aliases_main_weight;
 } fsdp_buffer_info;
 
@@ -81,7 +81,8 @@ void fsdp_close(fsdp_checkpointer *checkpointer);
 int64_t fsdp_rank(const fsdp_checkpointer *checkpointer);
 int64_t fsdp_world_size(const fsdp_checkpointer *checkpointer);
 size_t fsdp_buffer_count(const fsdp_checkpointer *checkpointer);
-int fsdp_buffer_info_at(const fsdp_checkpointer *checkpointer, size_t index, fsdp_buffer_info *info);
+int fsdp_buffer_info_at(const fsdp_checkpointer *checkpointer, size_t index,
+                        fsdp_buffer_info *info);
 /* The buffer's memory (allocated or bound), or NULL. */
 void *fsdp_buffer_data(fsdp_checkpointer *checkpointer, int32_t group, int32_t role);
 /* Uses caller-owned memory for one buffer (at least elements x element size

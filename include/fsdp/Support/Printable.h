@@ -51,9 +51,15 @@ inline std::string printable(std::string_view text) {
       at += length;
     } else {
       switch (c) {
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
       default:
         out += "\\x";
         out += hex[c >> 4];

@@ -32,13 +32,20 @@ enum class ErrorKind : uint8_t {
 /// The stable name of a kind ("corrupt").
 inline const char *errorKindName(ErrorKind kind) {
   switch (kind) {
-  case ErrorKind::InvalidArgument: return "invalid argument";
-  case ErrorKind::NotFound: return "not found";
-  case ErrorKind::Corrupt: return "corrupt";
-  case ErrorKind::Incompatible: return "incompatible";
-  case ErrorKind::IO: return "I/O error";
-  case ErrorKind::Busy: return "busy";
-  case ErrorKind::Internal: break;
+  case ErrorKind::InvalidArgument:
+    return "invalid argument";
+  case ErrorKind::NotFound:
+    return "not found";
+  case ErrorKind::Corrupt:
+    return "corrupt";
+  case ErrorKind::Incompatible:
+    return "incompatible";
+  case ErrorKind::IO:
+    return "I/O error";
+  case ErrorKind::Busy:
+    return "busy";
+  case ErrorKind::Internal:
+    break;
   }
   return "failed";
 }
@@ -48,13 +55,20 @@ inline const char *errorKindName(ErrorKind kind) {
 /// 5 incompatible, 6 I/O error, 7 busy.
 inline int errorKindExitCode(ErrorKind kind) {
   switch (kind) {
-  case ErrorKind::InvalidArgument: return 2;
-  case ErrorKind::NotFound: return 3;
-  case ErrorKind::Corrupt: return 4;
-  case ErrorKind::Incompatible: return 5;
-  case ErrorKind::IO: return 6;
-  case ErrorKind::Busy: return 7;
-  case ErrorKind::Internal: break;
+  case ErrorKind::InvalidArgument:
+    return 2;
+  case ErrorKind::NotFound:
+    return 3;
+  case ErrorKind::Corrupt:
+    return 4;
+  case ErrorKind::Incompatible:
+    return 5;
+  case ErrorKind::IO:
+    return 6;
+  case ErrorKind::Busy:
+    return 7;
+  case ErrorKind::Internal:
+    break;
   }
   return 1;
 }
@@ -67,8 +81,7 @@ struct Error {
   int errnum = 0;
 };
 
-inline Error makeError(std::string message, ErrorKind kind = ErrorKind::Internal,
-                       int errnum = 0) {
+inline Error makeError(std::string message, ErrorKind kind = ErrorKind::Internal, int errnum = 0) {
   return Error{std::move(message), kind, errnum};
 }
 
@@ -80,16 +93,37 @@ public:
   explicit operator bool() const { return value_.has_value(); }
   bool ok() const { return value_.has_value(); }
 
-  T &operator*() { assert(ok()); return *value_; }
-  const T &operator*() const { assert(ok()); return *value_; }
-  T *operator->() { assert(ok()); return &*value_; }
-  const T *operator->() const { assert(ok()); return &*value_; }
-  T take() { assert(ok()); return std::move(*value_); }
+  T &operator*() {
+    assert(ok());
+    return *value_;
+  }
+  const T &operator*() const {
+    assert(ok());
+    return *value_;
+  }
+  T *operator->() {
+    assert(ok());
+    return &*value_;
+  }
+  const T *operator->() const {
+    assert(ok());
+    return &*value_;
+  }
+  T take() {
+    assert(ok());
+    return std::move(*value_);
+  }
 
-  const std::string &error() const { assert(!ok()); return error_.message; }
+  const std::string &error() const {
+    assert(!ok());
+    return error_.message;
+  }
   ErrorKind kind() const { return error_.kind; }
   /// The whole error, to pass on unchanged.
-  const Error &failure() const { assert(!ok()); return error_; }
+  const Error &failure() const {
+    assert(!ok());
+    return error_;
+  }
 
 private:
   std::optional<T> value_;
@@ -124,8 +158,8 @@ template <typename Failed> Error propagate(const Failed &failed, std::string mes
 
 /// The failure with a default kind for errors no layer classified (a
 /// format's parse error read from a file is corrupt).
-template <typename Failed> Error classify(const Failed &failed, std::string message,
-                                          ErrorKind kindIfUnclassified) {
+template <typename Failed>
+Error classify(const Failed &failed, std::string message, ErrorKind kindIfUnclassified) {
   Error error = propagate(failed, std::move(message));
   if (error.kind == ErrorKind::Internal)
     error.kind = kindIfUnclassified;

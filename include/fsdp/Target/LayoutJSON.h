@@ -12,8 +12,7 @@ namespace fsdp {
 /// Writes the layout of the lowered `fsdp.model` in `op` (the model or a
 /// builtin module holding exactly one) as fsdp-layout-v1 JSON
 /// (docs/LayoutJSON.md).
-mlir::LogicalResult translateToLayoutJSON(mlir::Operation *op,
-                                          llvm::raw_ostream &os);
+mlir::LogicalResult translateToLayoutJSON(mlir::Operation *op, llvm::raw_ostream &os);
 /// Registers `--emit-layout-json` for fsdp-translate.
 void registerToLayoutJSONTranslation();
 } // namespace fsdp

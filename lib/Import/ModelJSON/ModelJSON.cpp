@@ -36,10 +36,8 @@ struct MeshSpec {
 
 class ModelImporter {
 public:
-  ModelImporter(MLIRContext *context, StringRef fileName,
-                const ModelJSONImportOptions &options)
-      : context(context), builder(context), fileName(fileName.str()),
-        options(options) {}
+  ModelImporter(MLIRContext *context, StringRef fileName, const ModelJSONImportOptions &options)
+      : context(context), builder(context), fileName(fileName.str()), options(options) {}
 
   OwningOpRef<ModuleOp> import(StringRef text);
 
@@ -57,27 +55,23 @@ private:
     return NameLoc::get(StringAttr::get(context, path), fileLoc());
   }
 
-  LogicalResult checkKeys(const json::Object &object, StringRef path,
-                          ArrayRef<StringRef> allowed);
+  LogicalResult checkKeys(const json::Object &object, StringRef path, ArrayRef<StringRef> allowed);
   const json::Object *getObject(const json::Value &value, StringRef path);
-  FailureOr<std::string> getString(const json::Object &object, StringRef key,
-                                   StringRef path, bool required,
-                                   StringRef fallback = "");
-  FailureOr<double> getNumber(const json::Object &object, StringRef key,
-                              StringRef path, double fallback);
+  FailureOr<std::string> getString(const json::Object &object, StringRef key, StringRef path,
+                                   bool required, StringRef fallback = "");
+  FailureOr<double> getNumber(const json::Object &object, StringRef key, StringRef path,
+                              double fallback);
   FailureOr<Type> parseDType(const json::Value &value, StringRef path);
-  FailureOr<Type> getDType(const json::Object &object, StringRef key,
-                           StringRef path, Type fallback);
+  FailureOr<Type> getDType(const json::Object &object, StringRef key, StringRef path,
+                           Type fallback);
 
   FailureOr<MeshSpec> parseMesh(const json::Value *value, StringRef path);
   FailureOr<MeshSpec> parseMeshOverride(StringRef text);
   FailureOr<SmallVector<Placement>> parsePlacementsOverride(StringRef text);
   LogicalResult buildOptimizer(const json::Value &value, StringRef path);
-  LogicalResult buildModule(const json::Value &value, const std::string &path,
-                            bool isRoot);
+  LogicalResult buildModule(const json::Value &value, const std::string &path, bool isRoot);
   LogicalResult buildParam(const json::Value &value, const std::string &path);
-  FailureOr<FullyShardAttr> parseFullyShard(const json::Value &value,
-                                            const std::string &path);
+  FailureOr<FullyShardAttr> parseFullyShard(const json::Value &value, const std::string &path);
 
   MLIRContext *context;
   OpBuilder builder;
@@ -95,31 +89,26 @@ static std::string element(StringRef path, size_t index) {
   return (path + "[" + Twine(index) + "]").str();
 }
 
-LogicalResult ModelImporter::checkKeys(const json::Object &object,
-                                       StringRef path,
+LogicalResult ModelImporter::checkKeys(const json::Object &object, StringRef path,
                                        ArrayRef<StringRef> allowed) {
   for (const auto &entry : object) {
     StringRef key = entry.first;
     if (!llvm::is_contained(allowed, key))
       return fail(child(path, key),
-                  "unknown key (expected one of: " +
-                      llvm::join(allowed, ", ") + ")");
+                  "unknown key (expected one of: " + llvm::join(allowed, ", ") + ")");
   }
   return success();
 }
 
-const json::Object *ModelImporter::getObject(const json::Value &value,
-                                             StringRef path) {
+const json::Object *ModelImporter::getObject(const json::Value &value, StringRef path) {
   const json::Object *object = value.getAsObject();
   if (!object)
     (void)fail(path, "expected an object");
   return object;
 }
 
-FailureOr<std::string> ModelImporter::getString(const json::Object &object,
-                                                StringRef key, StringRef path,
-                                                bool required,
-                                                StringRef fallback) {
+FailureOr<std::string> ModelImporter::getString(const json::Object &object, StringRef key,
+                                                StringRef path, bool required, StringRef fallback) {
   const json::Value *value = object.get(key);
   if (!value) {
     if (required)
@@ -132,9 +121,8 @@ FailureOr<std::string> ModelImporter::getString(const json::Object &object,
   return text->str();
 }
 
-FailureOr<double> ModelImporter::getNumber(const json::Object &object,
-                                           StringRef key, StringRef path,
-                                           double fallback) {
+FailureOr<double> ModelImporter::getNumber(const json::Object &object, StringRef key,
+                                           StringRef path, double fallback) {
   const json::Value *value = object.get(key);
   if (!value)
     return fallback;
@@ -144,8 +132,7 @@ FailureOr<double> ModelImporter::getNumber(const json::Object &object,
   return *number;
 }
 
-FailureOr<Type> ModelImporter::parseDType(const json::Value &value,
-                                          StringRef path) {
+FailureOr<Type> ModelImporter::parseDType(const json::Value &value, StringRef path) {
   std::optional<StringRef> text = value.getAsString();
   if (!text)
     return fail(path, "expected a dtype string");
@@ -161,8 +148,7 @@ FailureOr<Type> ModelImporter::parseDType(const json::Value &value,
                   .Cases({"i32", "int32", "int"}, IntegerType::get(ctx, 32))
                   .Cases({"i16", "int16", "short"}, IntegerType::get(ctx, 16))
                   .Cases({"i8", "int8"}, IntegerType::get(ctx, 8))
-                  .Cases({"u8", "uint8"},
-                         IntegerType::get(ctx, 8, IntegerType::Unsigned))
+                  .Cases({"u8", "uint8"}, IntegerType::get(ctx, 8, IntegerType::Unsigned))
                   .Case("bool", IntegerType::get(ctx, 1))
                   .Default(Type());
   if (!type)
@@ -172,8 +158,7 @@ FailureOr<Type> ModelImporter::parseDType(const json::Value &value,
   return type;
 }
 
-FailureOr<Type> ModelImporter::getDType(const json::Object &object,
-                                        StringRef key, StringRef path,
+FailureOr<Type> ModelImporter::getDType(const json::Object &object, StringRef key, StringRef path,
                                         Type fallback) {
   const json::Value *value = object.get(key);
   if (!value)
@@ -181,8 +166,7 @@ FailureOr<Type> ModelImporter::getDType(const json::Object &object,
   return parseDType(*value, child(path, key));
 }
 
-FailureOr<MeshSpec> ModelImporter::parseMesh(const json::Value *value,
-                                             StringRef path) {
+FailureOr<MeshSpec> ModelImporter::parseMesh(const json::Value *value, StringRef path) {
   if (!value)
     return fail(path, "missing required key");
   const json::Array *axes = value->getAsArray();
@@ -200,8 +184,7 @@ FailureOr<MeshSpec> ModelImporter::parseMesh(const json::Value *value,
     if (name->empty())
       return fail(child(axisPath, "name"), "expected a non-empty string");
     if (llvm::is_contained(mesh.names, *name))
-      return fail(child(axisPath, "name"),
-                  "duplicate mesh axis name '" + *name + "'");
+      return fail(child(axisPath, "name"), "duplicate mesh axis name '" + *name + "'");
     const json::Value *size = axis->get("size");
     std::optional<int64_t> sizeValue = size ? size->getAsInteger() : std::nullopt;
     if (!size)
@@ -224,7 +207,8 @@ FailureOr<MeshSpec> ModelImporter::parseMeshOverride(StringRef text) {
     int64_t size;
     if (name.empty() || sizeText.trim().getAsInteger(10, size) || size < 1)
       return fail("--mesh", "expected NAME=SIZE[,NAME=SIZE...] with positive "
-                            "sizes, got '" + text + "'");
+                            "sizes, got '" +
+                                text + "'");
     if (llvm::is_contained(mesh.names, name))
       return fail("--mesh", "duplicate mesh axis name '" + name + "'");
     mesh.names.push_back(name.str());
@@ -233,72 +217,60 @@ FailureOr<MeshSpec> ModelImporter::parseMeshOverride(StringRef text) {
   return mesh;
 }
 
-FailureOr<SmallVector<Placement>>
-ModelImporter::parsePlacementsOverride(StringRef text) {
+FailureOr<SmallVector<Placement>> ModelImporter::parsePlacementsOverride(StringRef text) {
   SmallVector<Placement> placements;
   SmallVector<StringRef> items;
   text.split(items, ',');
   for (StringRef item : items) {
     std::optional<Placement> placement = symbolizePlacement(item.trim());
     if (!placement)
-      return fail("--placements", "expected shard|replicate[,...], got '" +
-                                      text + "'");
+      return fail("--placements", "expected shard|replicate[,...], got '" + text + "'");
     placements.push_back(*placement);
   }
   return placements;
 }
 
-LogicalResult ModelImporter::buildOptimizer(const json::Value &value,
-                                            StringRef path) {
+LogicalResult ModelImporter::buildOptimizer(const json::Value &value, StringRef path) {
   const json::Object *object = getObject(value, path);
-  if (!object ||
-      failed(checkKeys(*object, path,
-                       {"kind", "lr", "betas", "eps", "weight_decay",
-                        "state_dtype"})))
+  if (!object || failed(checkKeys(*object, path,
+                                  {"kind", "lr", "betas", "eps", "weight_decay", "state_dtype"})))
     return failure();
   FailureOr<std::string> kindName = getString(*object, "kind", path, true);
   if (failed(kindName))
     return failure();
   std::optional<OptimizerKind> kind = symbolizeOptimizerKind(*kindName);
   if (!kind)
-    return fail(child(path, "kind"), "unknown optimizer '" + *kindName +
-                                         "' (expected adam or adamw)");
+    return fail(child(path, "kind"),
+                "unknown optimizer '" + *kindName + "' (expected adam or adamw)");
   // PyTorch's defaults for torch.optim.Adam / AdamW.
   double defaultDecay = *kind == OptimizerKind::AdamW ? 0.01 : 0.0;
   FailureOr<double> lr = getNumber(*object, "lr", path, 1e-3);
   FailureOr<double> eps = getNumber(*object, "eps", path, 1e-8);
-  FailureOr<double> decay =
-      getNumber(*object, "weight_decay", path, defaultDecay);
+  FailureOr<double> decay = getNumber(*object, "weight_decay", path, defaultDecay);
   if (failed(lr) || failed(eps) || failed(decay))
     return failure();
   SmallVector<double> betas = {0.9, 0.999};
   if (const json::Value *betasValue = object->get("betas")) {
     const json::Array *list = betasValue->getAsArray();
-    if (!list || list->size() != 2 || !(*list)[0].getAsNumber() ||
-        !(*list)[1].getAsNumber())
+    if (!list || list->size() != 2 || !(*list)[0].getAsNumber() || !(*list)[1].getAsNumber())
       return fail(child(path, "betas"), "expected a list of two numbers");
     betas = {*(*list)[0].getAsNumber(), *(*list)[1].getAsNumber()};
   }
-  FailureOr<Type> state =
-      getDType(*object, "state_dtype", path, Float32Type::get(context));
+  FailureOr<Type> state = getDType(*object, "state_dtype", path, Float32Type::get(context));
   if (failed(state))
     return failure();
-  OptimizerOp::create(builder, locFor(path),
-                      OptimizerKindAttr::get(context, *kind),
-                      builder.getF64FloatAttr(*lr),
-                      builder.getDenseF64ArrayAttr(betas),
-                      builder.getF64FloatAttr(*eps),
-                      builder.getF64FloatAttr(*decay), TypeAttr::get(*state));
+  OptimizerOp::create(builder, locFor(path), OptimizerKindAttr::get(context, *kind),
+                      builder.getF64FloatAttr(*lr), builder.getDenseF64ArrayAttr(betas),
+                      builder.getF64FloatAttr(*eps), builder.getF64FloatAttr(*decay),
+                      TypeAttr::get(*state));
   return success();
 }
 
-FailureOr<FullyShardAttr>
-ModelImporter::parseFullyShard(const json::Value &value,
-                               const std::string &path) {
+FailureOr<FullyShardAttr> ModelImporter::parseFullyShard(const json::Value &value,
+                                                         const std::string &path) {
   const json::Object *object = getObject(value, path);
   if (!object ||
-      failed(checkKeys(*object, path,
-                       {"placements", "main_params_dtype", "main_grads_dtype"})))
+      failed(checkKeys(*object, path, {"placements", "main_params_dtype", "main_grads_dtype"})))
     return failure();
   SmallVector<Placement> placements;
   if (!placementsOverride.empty()) {
@@ -310,38 +282,31 @@ ModelImporter::parseFullyShard(const json::Value &value,
       return fail(listPath, "missing required key");
     const json::Array *array = list->getAsArray();
     if (!array || array->empty())
-      return fail(listPath,
-                  "expected a non-empty list of \"shard\" or \"replicate\"");
+      return fail(listPath, "expected a non-empty list of \"shard\" or \"replicate\"");
     for (auto [index, item] : llvm::enumerate(*array)) {
       std::optional<StringRef> text = item.getAsString();
-      std::optional<Placement> placement =
-          text ? symbolizePlacement(*text) : std::nullopt;
+      std::optional<Placement> placement = text ? symbolizePlacement(*text) : std::nullopt;
       if (!placement)
-        return fail(element(listPath, index),
-                    "expected \"shard\" or \"replicate\"");
+        return fail(element(listPath, index), "expected \"shard\" or \"replicate\"");
       placements.push_back(*placement);
     }
   }
-  FailureOr<Type> mainParams = getDType(*object, "main_params_dtype", path,
-                                        Float32Type::get(context));
-  FailureOr<Type> mainGrads =
-      getDType(*object, "main_grads_dtype", path, Type());
+  FailureOr<Type> mainParams =
+      getDType(*object, "main_params_dtype", path, Float32Type::get(context));
+  FailureOr<Type> mainGrads = getDType(*object, "main_grads_dtype", path, Type());
   if (failed(mainParams) || failed(mainGrads))
     return failure();
   // Report attribute rule violations (suffix rule, dtypes) at the JSON path.
   auto emitAttrError = [&]() { return emitError(locFor(path)); };
-  if (failed(FullyShardAttr::verify(emitAttrError, placements, *mainParams,
-                                    *mainGrads)))
+  if (failed(FullyShardAttr::verify(emitAttrError, placements, *mainParams, *mainGrads)))
     return failure();
   return FullyShardAttr::get(context, placements, *mainParams, *mainGrads);
 }
 
-LogicalResult ModelImporter::buildParam(const json::Value &value,
-                                        const std::string &path) {
+LogicalResult ModelImporter::buildParam(const json::Value &value, const std::string &path) {
   const json::Object *object = getObject(value, path);
   if (!object ||
-      failed(checkKeys(*object, path,
-                       {"name", "shape", "dtype", "requires_grad", "tied_to"})))
+      failed(checkKeys(*object, path, {"name", "shape", "dtype", "requires_grad", "tied_to"})))
     return failure();
   FailureOr<std::string> name = getString(*object, "name", path, true);
   if (failed(name))
@@ -394,15 +359,12 @@ LogicalResult ModelImporter::buildParam(const json::Value &value,
   return success();
 }
 
-LogicalResult ModelImporter::buildModule(const json::Value &value,
-                                         const std::string &path, bool isRoot) {
+LogicalResult ModelImporter::buildModule(const json::Value &value, const std::string &path,
+                                         bool isRoot) {
   const json::Object *object = getObject(value, path);
-  if (!object ||
-      failed(checkKeys(*object, path,
-                       {"name", "fully_shard", "params", "children"})))
+  if (!object || failed(checkKeys(*object, path, {"name", "fully_shard", "params", "children"})))
     return failure();
-  FailureOr<std::string> name =
-      getString(*object, "name", path, /*required=*/!isRoot);
+  FailureOr<std::string> name = getString(*object, "name", path, /*required=*/!isRoot);
   if (failed(name))
     return failure();
   if (isRoot && !name->empty())
@@ -412,14 +374,13 @@ LogicalResult ModelImporter::buildModule(const json::Value &value,
 
   FullyShardAttr fullyShard;
   if (const json::Value *unit = object->get("fully_shard")) {
-    FailureOr<FullyShardAttr> parsed =
-        parseFullyShard(*unit, child(path, "fully_shard"));
+    FailureOr<FullyShardAttr> parsed = parseFullyShard(*unit, child(path, "fully_shard"));
     if (failed(parsed))
       return failure();
     fullyShard = *parsed;
   }
-  auto module = NNModuleOp::create(builder, locFor(path.empty() ? "module" : path),
-                                   *name, fullyShard);
+  auto module =
+      NNModuleOp::create(builder, locFor(path.empty() ? "module" : path), *name, fullyShard);
   OpBuilder::InsertionGuard guard(builder);
   builder.setInsertionPointToEnd(&module.getBody().front());
 
@@ -436,9 +397,8 @@ LogicalResult ModelImporter::buildModule(const json::Value &value,
         return failure();
     return success();
   };
-  if (failed(forEach("params", [&](const json::Value &item, std::string p) {
-        return buildParam(item, p);
-      })))
+  if (failed(forEach("params",
+                     [&](const json::Value &item, std::string p) { return buildParam(item, p); })))
     return failure();
   return forEach("children", [&](const json::Value &item, std::string p) {
     return buildModule(item, p, /*isRoot=*/false);
@@ -473,8 +433,8 @@ static size_t nestingDepth(StringRef text) {
 OwningOpRef<ModuleOp> ModelImporter::import(StringRef text) {
   constexpr size_t kMaxDepth = 512;
   if (size_t depth = nestingDepth(text); depth > kMaxDepth) {
-    (void)fail("", "JSON nests " + Twine(depth) + " levels deep; at most " +
-                       Twine(kMaxDepth) + " are accepted");
+    (void)fail("", "JSON nests " + Twine(depth) + " levels deep; at most " + Twine(kMaxDepth) +
+                       " are accepted");
     return {};
   }
   llvm::Expected<json::Value> parsed = json::parse(text);
@@ -483,8 +443,7 @@ OwningOpRef<ModuleOp> ModelImporter::import(StringRef text) {
     return {};
   }
   const json::Object *root = getObject(*parsed, "(root)");
-  if (!root ||
-      failed(checkKeys(*root, "", {"format", "mesh", "optimizer", "module"})))
+  if (!root || failed(checkKeys(*root, "", {"format", "mesh", "optimizer", "module"})))
     return {};
   FailureOr<std::string> format = getString(*root, "format", "", true);
   if (failed(format))
@@ -494,9 +453,8 @@ OwningOpRef<ModuleOp> ModelImporter::import(StringRef text) {
     return {};
   }
 
-  FailureOr<MeshSpec> mesh = options.meshOverride.empty()
-                                 ? parseMesh(root->get("mesh"), "mesh")
-                                 : parseMeshOverride(options.meshOverride);
+  FailureOr<MeshSpec> mesh = options.meshOverride.empty() ? parseMesh(root->get("mesh"), "mesh")
+                                                          : parseMeshOverride(options.meshOverride);
   if (failed(mesh))
     return {};
   if (!options.placementsOverride.empty()) {
@@ -522,8 +480,7 @@ OwningOpRef<ModuleOp> ModelImporter::import(StringRef text) {
   for (const std::string &name : mesh->names)
     axisNames.push_back(builder.getStringAttr(name));
   MeshOp::create(builder, locFor("mesh"), builder.getStringAttr("mesh"),
-                 builder.getArrayAttr(axisNames),
-                 builder.getDenseI64ArrayAttr(mesh->sizes));
+                 builder.getArrayAttr(axisNames), builder.getDenseI64ArrayAttr(mesh->sizes));
   if (const json::Value *optimizer = root->get("optimizer"))
     if (failed(buildOptimizer(*optimizer, "optimizer")))
       return {};
@@ -558,9 +515,8 @@ static void printImportDiagnostic(Diagnostic &diagnostic) {
     severity = "note";
   else if (diagnostic.getSeverity() == DiagnosticSeverity::Remark)
     severity = "remark";
-  llvm::errs() << file << ": " << severity << ": "
-               << (path.empty() ? "" : path + ": ") << diagnostic.str()
-               << "\n";
+  llvm::errs() << file << ": " << severity << ": " << (path.empty() ? "" : path + ": ")
+               << diagnostic.str() << "\n";
   for (Diagnostic &note : diagnostic.getNotes())
     printImportDiagnostic(note);
 }
@@ -575,8 +531,7 @@ OwningOpRef<ModuleOp> fsdp::importModelJSON(StringRef json, StringRef fileName,
   });
   bool printedOp = context->shouldPrintOpOnDiagnostic();
   context->printOpOnDiagnostic(false);
-  OwningOpRef<ModuleOp> model =
-      ModelImporter(context, fileName, options).import(json);
+  OwningOpRef<ModuleOp> model = ModelImporter(context, fileName, options).import(json);
   context->printOpOnDiagnostic(printedOp);
   return model;
 }
@@ -594,13 +549,11 @@ void fsdp::registerImportModelJSONTranslation() {
       llvm::cl::init(""));
   static TranslateToMLIRRegistration registration(
       "import-model-json", "import an fsdp-model-v1 JSON model description",
-      [](llvm::SourceMgr &sourceMgr,
-         MLIRContext *context) -> OwningOpRef<Operation *> {
-        const llvm::MemoryBuffer *buffer =
-            sourceMgr.getMemoryBuffer(sourceMgr.getMainFileID());
+      [](llvm::SourceMgr &sourceMgr, MLIRContext *context) -> OwningOpRef<Operation *> {
+        const llvm::MemoryBuffer *buffer = sourceMgr.getMemoryBuffer(sourceMgr.getMainFileID());
         ModelJSONImportOptions options{meshOverride, placementsOverride};
-        return importModelJSON(buffer->getBuffer(),
-                               buffer->getBufferIdentifier(), context, options);
+        return importModelJSON(buffer->getBuffer(), buffer->getBufferIdentifier(), context,
+                               options);
       },
       [](DialectRegistry &registry) { registry.insert<FSDPDialect>(); });
 }

@@ -16,8 +16,7 @@
 using namespace mlir;
 using namespace fsdp;
 
-static void writeGroup(llvm::json::OStream &json, MeshOp mesh,
-                       ParamGroupOp group) {
+static void writeGroup(llvm::json::OStream &json, MeshOp mesh, ParamGroupOp group) {
   std::vector<int64_t> meshSizes = getLayoutMeshSizes(mesh);
   int64_t shardSize = *group.getShardSize();
   ArrayRef<int64_t> ranks = *group.getRanks();
@@ -68,9 +67,8 @@ static void writeGroup(llvm::json::OStream &json, MeshOp mesh,
           for (MemberOp::Piece piece : member.getPieceList())
             for (int64_t rank : ranksOfShard[piece.shard])
               chunks.push_back({rank, piece});
-          llvm::sort(chunks, [](const RankChunk &a, const RankChunk &b) {
-            return a.rank < b.rank;
-          });
+          llvm::sort(chunks,
+                     [](const RankChunk &a, const RankChunk &b) { return a.rank < b.rank; });
           json.attributeArray("chunks", [&] {
             for (const RankChunk &chunk : chunks)
               json.object([&] {
@@ -102,8 +100,7 @@ LogicalResult fsdp::translateToLayoutJSON(Operation *op, raw_ostream &os) {
   ModelOp model = findModel(op);
   if (!model)
     return failure();
-  FailureOr<SmallVector<ParamGroupOp>> groups =
-      getLoweredGroups(model, "--emit-layout-json");
+  FailureOr<SmallVector<ParamGroupOp>> groups = getLoweredGroups(model, "--emit-layout-json");
   if (failed(groups))
     return failure();
   MeshOp mesh = model.getMesh();
@@ -128,8 +125,6 @@ LogicalResult fsdp::translateToLayoutJSON(Operation *op, raw_ostream &os) {
 
 void fsdp::registerToLayoutJSONTranslation() {
   static TranslateFromMLIRRegistration registration(
-      "emit-layout-json",
-      "emit the lowered packed layout as fsdp-layout-v1 JSON",
-      translateToLayoutJSON,
-      [](DialectRegistry &registry) { registry.insert<FSDPDialect>(); });
+      "emit-layout-json", "emit the lowered packed layout as fsdp-layout-v1 JSON",
+      translateToLayoutJSON, [](DialectRegistry &registry) { registry.insert<FSDPDialect>(); });
 }

@@ -58,9 +58,9 @@ constexpr double kTableFont = 11;
 /// group (DFS order), so the same parameter gets the same colour in every
 /// layer of a model. Light enough for black text; no greys (those mean holes
 /// and padding).
-constexpr const char *kPalette[] = {
-    "#8dd3c7", "#fb8072", "#80b1d3", "#fdb462", "#b3de69", "#bebada",
-    "#fccde5", "#ffed6f", "#bc80bd", "#ccebc5", "#e5c494", "#9ecae1"};
+constexpr const char *kPalette[] = {"#8dd3c7", "#fb8072", "#80b1d3", "#fdb462",
+                                    "#b3de69", "#bebada", "#fccde5", "#ffed6f",
+                                    "#bc80bd", "#ccebc5", "#e5c494", "#9ecae1"};
 constexpr size_t kPaletteSize = sizeof(kPalette) / sizeof(kPalette[0]);
 constexpr const char *kPaddingFill = "#8c8c8c";
 constexpr const char *kBoundaryStroke = "#c0392b";
@@ -88,11 +88,21 @@ std::string escapeXML(StringRef text) {
   out.reserve(text.size());
   for (char c : text) {
     switch (c) {
-    case '&': out += "&amp;"; break;
-    case '<': out += "&lt;"; break;
-    case '>': out += "&gt;"; break;
-    case '"': out += "&quot;"; break;
-    case '\'': out += "&apos;"; break;
+    case '&':
+      out += "&amp;";
+      break;
+    case '<':
+      out += "&lt;";
+      break;
+    case '>':
+      out += "&gt;";
+      break;
+    case '"':
+      out += "&quot;";
+      break;
+    case '\'':
+      out += "&apos;";
+      break;
     default:
       // Control characters are not allowed in XML 1.0 (except tab/newline).
       if (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n')
@@ -121,9 +131,7 @@ std::string human(int64_t n) {
   return text;
 }
 
-std::string unitName(StringRef unit) {
-  return unit.empty() ? std::string("(root)") : unit.str();
-}
+std::string unitName(StringRef unit) { return unit.empty() ? std::string("(root)") : unit.str(); }
 
 //===----------------------------------------------------------------------===//
 // What gets drawn
@@ -153,8 +161,7 @@ struct Group {
   SmallVector<Segment> segments;
 };
 
-constexpr const char *kLowerHint =
-    "run fsdp-opt --fsdp-lower-fully-shard first";
+constexpr const char *kLowerHint = "run fsdp-opt --fsdp-lower-fully-shard first";
 
 FailureOr<Group> collectGroup(ParamGroupOp op, int64_t numRanks) {
   Group group;
@@ -168,37 +175,30 @@ FailureOr<Group> collectGroup(ParamGroupOp op, int64_t numRanks) {
   std::optional<ArrayRef<int64_t>> ranks = op.getRanks();
   if (!shardSize || !ranks)
     return op.emitError() << "fsdp.param_group @" << op.getSymName()
-                          << " has no rank ranges (no shard_size/ranks): "
-                          << kLowerHint;
+                          << " has no rank ranges (no shard_size/ranks): " << kLowerHint;
   group.chunk = *chunk;
   group.size = *size;
   group.shardSize = *shardSize;
-  if (group.size < 0 || group.shardSize <= 0 ||
-      group.size % group.shardSize != 0 ||
+  if (group.size < 0 || group.shardSize <= 0 || group.size % group.shardSize != 0 ||
       static_cast<int64_t>(ranks->size()) != numRanks)
-    return op.emitError() << "fsdp.param_group @" << op.getSymName()
-                          << ": inconsistent size " << group.size
-                          << ", shard_size " << group.shardSize << " and "
-                          << ranks->size() << " rank ranges for " << numRanks
-                          << " ranks";
+    return op.emitError() << "fsdp.param_group @" << op.getSymName() << ": inconsistent size "
+                          << group.size << ", shard_size " << group.shardSize << " and "
+                          << ranks->size() << " rank ranges for " << numRanks << " ranks";
   group.numShards = group.size / group.shardSize;
   group.shardRanks.resize(group.numShards);
   for (auto [rank, begin] : llvm::enumerate(*ranks)) {
     if (begin < 0 || begin % group.shardSize != 0 || begin >= group.size)
-      return op.emitError() << "fsdp.param_group @" << op.getSymName()
-                            << ": rank " << rank << " range begins at "
-                            << begin << ", not a shard boundary of [0, "
+      return op.emitError() << "fsdp.param_group @" << op.getSymName() << ": rank " << rank
+                            << " range begins at " << begin << ", not a shard boundary of [0, "
                             << group.size << ")";
     group.shardRanks[begin / group.shardSize].push_back(rank);
   }
 
   SmallVector<Segment> members;
-  for (auto [index, member] :
-       llvm::enumerate(op.getBody().getOps<MemberOp>())) {
+  for (auto [index, member] : llvm::enumerate(op.getBody().getOps<MemberOp>())) {
     std::optional<int64_t> offset = member.getOffset();
     if (!offset)
-      return member.emitError() << "member '" << member.getFQN()
-                                << "' of @" << op.getSymName()
+      return member.emitError() << "member '" << member.getFQN() << "' of @" << op.getSymName()
                                 << " has no offset: " << kLowerHint;
     layout::Shape shape(member.getTensorType().getShape().begin(),
                         member.getTensorType().getShape().end());
@@ -210,9 +210,7 @@ FailureOr<Group> collectGroup(ParamGroupOp op, int64_t numRanks) {
     segment.dfsIndex = index;
     members.push_back(segment);
   }
-  llvm::stable_sort(members, [](const Segment &a, const Segment &b) {
-    return a.begin < b.begin;
-  });
+  llvm::stable_sort(members, [](const Segment &a, const Segment &b) { return a.begin < b.begin; });
   int64_t cursor = 0;
   unsigned number = 0;
   for (Segment &member : members) {
@@ -283,8 +281,7 @@ SmallVector<std::string> memberLabels(const Segment &segment, StringRef unit) {
 }
 
 /// Band label candidates for the ranks holding `shard`, longest first.
-SmallVector<std::string> rankLabels(int64_t shard, ArrayRef<int64_t> ranks,
-                                    bool shardIsRank) {
+SmallVector<std::string> rankLabels(int64_t shard, ArrayRef<int64_t> ranks, bool shardIsRank) {
   SmallVector<std::string> labels;
   if (ranks.empty()) {
     labels.push_back("shard " + std::to_string(shard) + ": no rank");
@@ -307,10 +304,8 @@ SmallVector<std::string> rankLabels(int64_t shard, ArrayRef<int64_t> ranks,
     for (size_t i = 2; i < ranks.size(); ++i)
       progression &= ranks[i] - ranks[i - 1] == step;
     if (progression)
-      labels.push_back("r" + numbers[0] + "," + numbers[1] + ".." +
-                       numbers.back());
-    labels.push_back("r" + numbers[0] + "+" +
-                     std::to_string(ranks.size() - 1));
+      labels.push_back("r" + numbers[0] + "," + numbers[1] + ".." + numbers.back());
+    labels.push_back("r" + numbers[0] + "+" + std::to_string(ranks.size() - 1));
   }
   if (ranks.size() == 1)
     labels.push_back(numbers[0]);
@@ -344,8 +339,7 @@ private:
   double x(const Group &group, int64_t element) const {
     if (group.size == 0)
       return kMarginX;
-    return kMarginX + kBarWidth * static_cast<double>(element) /
-                          static_cast<double>(group.size);
+    return kMarginX + kBarWidth * static_cast<double>(element) / static_cast<double>(group.size);
   }
   std::string fill(const Segment &segment) const {
     switch (segment.kind) {
@@ -360,8 +354,8 @@ private:
   }
   std::string tooltip(const Group &group, const Segment &segment) const;
   std::string piecesText(const Segment &segment) const;
-  void text(double tx, double ty, StringRef cls, StringRef content,
-            StringRef anchor = "start", StringRef extra = "");
+  void text(double tx, double ty, StringRef cls, StringRef content, StringRef anchor = "start",
+            StringRef extra = "");
   void expandWidth(double right) { width = std::max(width, right + kMarginX); }
 
   ModelOp model;
@@ -373,12 +367,11 @@ private:
   double width = 2 * kMarginX + kBarWidth;
 };
 
-void SVGWriter::text(double tx, double ty, StringRef cls, StringRef content,
-                     StringRef anchor, StringRef extra) {
+void SVGWriter::text(double tx, double ty, StringRef cls, StringRef content, StringRef anchor,
+                     StringRef extra) {
   if (content.empty())
     return;
-  body << "<text x=\"" << num(tx) << "\" y=\"" << num(ty) << "\" class=\""
-       << cls << "\"";
+  body << "<text x=\"" << num(tx) << "\" y=\"" << num(ty) << "\" class=\"" << cls << "\"";
   if (anchor != "start")
     body << " text-anchor=\"" << anchor << "\"";
   if (!extra.empty())
@@ -393,28 +386,22 @@ std::string SVGWriter::piecesText(const Segment &segment) const {
   SmallVector<MemberOp::Piece> pieces = segment.member.getPieceList();
   SmallVector<std::string> parts;
   for (auto [index, piece] : llvm::enumerate(pieces)) {
-    if (pieces.size() > kHead + 2 && index >= kHead &&
-        index + 1 < pieces.size()) {
+    if (pieces.size() > kHead + 2 && index >= kHead && index + 1 < pieces.size()) {
       if (index == kHead)
-        parts.push_back("... (" + std::to_string(pieces.size()) +
-                        " pieces)");
+        parts.push_back("... (" + std::to_string(pieces.size()) + " pieces)");
       continue;
     }
-    parts.push_back(std::to_string(piece.shard) + ":[" +
-                    std::to_string(piece.rowBegin) + "," +
-                    std::to_string(piece.rowEnd) + ")@" +
-                    std::to_string(piece.localOffset));
+    parts.push_back(std::to_string(piece.shard) + ":[" + std::to_string(piece.rowBegin) + "," +
+                    std::to_string(piece.rowEnd) + ")@" + std::to_string(piece.localOffset));
   }
   return llvm::join(parts, " ");
 }
 
-std::string SVGWriter::tooltip(const Group &group,
-                               const Segment &segment) const {
+std::string SVGWriter::tooltip(const Group &group, const Segment &segment) const {
   std::string tip;
   llvm::raw_string_ostream os(tip);
   auto range = [&]() {
-    os << "elements [" << segment.begin << ", " << segment.end << "), "
-       << segment.size();
+    os << "elements [" << segment.begin << ", " << segment.end << "), " << segment.size();
   };
   switch (segment.kind) {
   case Segment::Hole:
@@ -440,8 +427,8 @@ std::string SVGWriter::tooltip(const Group &group,
         ranks = group.shardRanks[piece.shard];
       os << (ranks.size() == 1 ? "rank " : "ranks ");
       llvm::interleave(ranks, os, ", ");
-      os << "): rows [" << piece.rowBegin << ", " << piece.rowEnd
-         << ") at local offset " << piece.localOffset << "\n";
+      os << "): rows [" << piece.rowBegin << ", " << piece.rowEnd << ") at local offset "
+         << piece.localOffset << "\n";
     }
     if (!tip.empty() && tip.back() == '\n')
       tip.pop_back();
@@ -458,14 +445,12 @@ void SVGWriter::writeGroup(const Group &group) {
   {
     std::string title;
     llvm::raw_string_ostream os(title);
-    os << "@" << op.getSymName() << "  \u00b7  unit " << unitName(unit)
-       << "  \u00b7  " << getDTypeName(op.getDtype())
-       << (op.getFrozen() ? " (frozen)" : "") << "  \u00b7  chunk "
+    os << "@" << op.getSymName() << "  \u00b7  unit " << unitName(unit) << "  \u00b7  "
+       << getDTypeName(op.getDtype()) << (op.getFrozen() ? " (frozen)" : "") << "  \u00b7  chunk "
        << group.chunk << "  \u00b7  size " << group.size;
     if (group.size >= 10000)
       os << " (" << human(group.size) << ")";
-    os << "  \u00b7  " << group.numShards
-       << (group.numShards == 1 ? " shard of " : " shards of ")
+    os << "  \u00b7  " << group.numShards << (group.numShards == 1 ? " shard of " : " shards of ")
        << group.shardSize;
     text(kMarginX, y, "title", title);
   }
@@ -474,25 +459,21 @@ void SVGWriter::writeGroup(const Group &group) {
     std::string subtitle;
     llvm::raw_string_ostream os(subtitle);
     os << "placements [";
-    llvm::interleave(op.getPolicy().getPlacements(), os,
-                     [&](Placement placement) {
-                       os << stringifyPlacement(placement);
-                     },
-                     ", ");
+    llvm::interleave(
+        op.getPolicy().getPlacements(), os,
+        [&](Placement placement) { os << stringifyPlacement(placement); }, ", ");
     os << "] over mesh ";
     for (auto [index, name] : llvm::enumerate(mesh.getAxisNames())) {
       if (index)
         os << " \u00d7 ";
-      os << llvm::cast<StringAttr>(name).getValue() << "="
-         << mesh.getShape()[index];
+      os << llvm::cast<StringAttr>(name).getValue() << "=" << mesh.getShape()[index];
     }
     if (std::optional<ArrayAttr> buffers = op.getBuffers()) {
       os << "  \u00b7  buffers ";
       llvm::interleave(
           buffers->getAsRange<BufferAttr>(), os,
           [&](BufferAttr buffer) {
-            os << stringifyBufferRole(buffer.getRole()) << " "
-               << getDTypeName(buffer.getDtype());
+            os << stringifyBufferRole(buffer.getRole()) << " " << getDTypeName(buffer.getDtype());
             if (buffer.getAliasesMainWeight())
               os << " (= main_weight)";
           },
@@ -510,15 +491,12 @@ void SVGWriter::writeGroup(const Group &group) {
   bool shardIsRank = true;
   for (auto [shard, ranks] : llvm::enumerate(group.shardRanks))
     shardIsRank &= ranks.size() == 1 && ranks[0] == static_cast<int64_t>(shard);
-  int64_t step = std::max<int64_t>(
-      1, (group.numShards + kMaxShardLabels - 1) / kMaxShardLabels);
+  int64_t step = std::max<int64_t>(1, (group.numShards + kMaxShardLabels - 1) / kMaxShardLabels);
   // Widen the step until the shortest label of every labelled shard fits.
   for (; step < group.numShards; ++step) {
     bool allFit = true;
     for (int64_t shard = 0; shard < group.numShards && allFit; shard += step)
-      allFit = monoWidth(rankLabels(shard, group.shardRanks[shard], shardIsRank)
-                             .back()
-                             .size(),
+      allFit = monoWidth(rankLabels(shard, group.shardRanks[shard], shardIsRank).back().size(),
                          kSmallFont) +
                    4 <=
                shardPx * std::min(step, group.numShards - shard);
@@ -528,22 +506,19 @@ void SVGWriter::writeGroup(const Group &group) {
   for (int64_t shard = 0; shard < group.numShards; ++shard) {
     double left = x(group, shard * group.shardSize);
     double right = x(group, (shard + 1) * group.shardSize);
-    body << "<rect x=\"" << num(left) << "\" y=\"" << num(bandTop)
-         << "\" width=\"" << num(right - left) << "\" height=\""
-         << num(kBandHeight) << "\" class=\""
-         << ((shard / step) % 2 ? "band1" : "band0") << "\"><title>shard "
-         << shard << ": elements [" << shard * group.shardSize << ", "
-         << (shard + 1) * group.shardSize << ") held by "
-         << (group.shardRanks[shard].size() == 1 ? "rank " : "ranks ");
+    body << "<rect x=\"" << num(left) << "\" y=\"" << num(bandTop) << "\" width=\""
+         << num(right - left) << "\" height=\"" << num(kBandHeight) << "\" class=\""
+         << ((shard / step) % 2 ? "band1" : "band0") << "\"><title>shard " << shard
+         << ": elements [" << shard * group.shardSize << ", " << (shard + 1) * group.shardSize
+         << ") held by " << (group.shardRanks[shard].size() == 1 ? "rank " : "ranks ");
     llvm::interleave(group.shardRanks[shard], body, ", ");
     body << "</title></rect>\n";
   }
 
   // The bar: holes and padding first, then members, widest first so narrow
   // ones stay visible on top.
-  body << "<rect x=\"" << num(kMarginX) << "\" y=\"" << num(barTop)
-       << "\" width=\"" << num(kBarWidth) << "\" height=\"" << num(kBarHeight)
-       << "\" class=\"bar\"/>\n";
+  body << "<rect x=\"" << num(kMarginX) << "\" y=\"" << num(barTop) << "\" width=\""
+       << num(kBarWidth) << "\" height=\"" << num(kBarHeight) << "\" class=\"bar\"/>\n";
   SmallVector<const Segment *> order;
   for (const Segment &segment : group.segments)
     order.push_back(&segment);
@@ -557,12 +532,10 @@ void SVGWriter::writeGroup(const Group &group) {
   for (const Segment *segment : order) {
     double left = x(group, segment->begin);
     double w = std::max(1.0, x(group, segment->end) - left);
-    body << "<rect x=\"" << num(left) << "\" y=\"" << num(barTop)
-         << "\" width=\"" << num(w) << "\" height=\"" << num(kBarHeight)
-         << "\" fill=\"" << fill(*segment) << "\" class=\""
-         << (segment->kind == Segment::Member ? "member" : "gap")
-         << "\"><title>" << escapeXML(tooltip(group, *segment))
-         << "</title></rect>\n";
+    body << "<rect x=\"" << num(left) << "\" y=\"" << num(barTop) << "\" width=\"" << num(w)
+         << "\" height=\"" << num(kBarHeight) << "\" fill=\"" << fill(*segment) << "\" class=\""
+         << (segment->kind == Segment::Member ? "member" : "gap") << "\"><title>"
+         << escapeXML(tooltip(group, *segment)) << "</title></rect>\n";
     // Row boundaries inside a member, when rows are wide enough to see.
     if (segment->kind != Segment::Member)
       continue;
@@ -574,8 +547,8 @@ void SVGWriter::writeGroup(const Group &group) {
     if (rows > 1 && rows <= 512 && rowPx >= 6) {
       body << "<path class=\"rows\" d=\"";
       for (int64_t row = 1; row < rows; ++row)
-        body << "M" << num(x(group, segment->begin + row * rowSize)) << " "
-             << num(barTop + 1) << "V" << num(barBottom - 1);
+        body << "M" << num(x(group, segment->begin + row * rowSize)) << " " << num(barTop + 1)
+             << "V" << num(barBottom - 1);
       body << "\"/>\n";
     }
   }
@@ -586,9 +559,8 @@ void SVGWriter::writeGroup(const Group &group) {
   for (int64_t shard = 0; shard <= group.numShards; ++shard) {
     double bx = x(group, shard * group.shardSize);
     auto line = [&](double y1, double y2, StringRef cls) {
-      body << "<line x1=\"" << num(bx) << "\" y1=\"" << num(y1)
-           << "\" x2=\"" << num(bx) << "\" y2=\"" << num(y2)
-           << "\" class=\"" << cls << "\"/>\n";
+      body << "<line x1=\"" << num(bx) << "\" y1=\"" << num(y1) << "\" x2=\"" << num(bx)
+           << "\" y2=\"" << num(y2) << "\" class=\"" << cls << "\"/>\n";
     };
     if (shard % step == 0 || shard == group.numShards) {
       line(bandTop, barBottom + 6, "shard");
@@ -602,12 +574,10 @@ void SVGWriter::writeGroup(const Group &group) {
   for (int64_t shard = 0; shard < group.numShards; shard += step) {
     double left = x(group, shard * group.shardSize);
     double right = x(group, (shard + 1) * group.shardSize);
-    double available =
-        shardPx * std::min(step, group.numShards - shard) - 4;
-    std::string halo = std::string("stroke=\"") +
-                       ((shard / step) % 2 ? "#dde3ea" : "#eef1f5") + "\"";
-    for (const std::string &label :
-         rankLabels(shard, group.shardRanks[shard], shardIsRank)) {
+    double available = shardPx * std::min(step, group.numShards - shard) - 4;
+    std::string halo =
+        std::string("stroke=\"") + ((shard / step) % 2 ? "#dde3ea" : "#eef1f5") + "\"";
+    for (const std::string &label : rankLabels(shard, group.shardRanks[shard], shardIsRank)) {
       if (monoWidth(label.size(), kSmallFont) > available)
         continue;
       if (step == 1)
@@ -627,8 +597,8 @@ void SVGWriter::writeGroup(const Group &group) {
     double right = x(group, segment.end);
     double w = right - left;
     double mid = (left + right) / 2;
-    std::string detail = "[" + std::to_string(segment.begin) + ", " +
-                         std::to_string(segment.end) + ")";
+    std::string detail =
+        "[" + std::to_string(segment.begin) + ", " + std::to_string(segment.end) + ")";
     std::string count = human(segment.size());
     SmallVector<std::string> labels;
     std::string calloutText;
@@ -700,8 +670,8 @@ void SVGWriter::writeGroup(const Group &group) {
     double barMid = (barTop + barBottom) / 2;
     if (second) {
       text(mid, barMid - 2, inbarClass, *chosen, "middle", style);
-      text(mid, barMid + 12, light ? "detail light" : "detail", *second,
-           "middle", "stroke=\"" + halo + "\"");
+      text(mid, barMid + 12, light ? "detail light" : "detail", *second, "middle",
+           "stroke=\"" + halo + "\"");
     } else {
       text(mid, barMid + 4, inbarClass, *chosen, "middle", style);
     }
@@ -724,11 +694,9 @@ void SVGWriter::writeGroup(const Group &group) {
       return;
     axis.used.push_back({lo, hi});
     if (!major)
-      body << "<line x1=\"" << num(lx) << "\" y1=\"" << num(barBottom)
-           << "\" x2=\"" << num(lx) << "\" y2=\"" << num(barBottom + 5)
-           << "\" class=\"tick\"/>\n";
-    text((lo + hi) / 2, axisY, major ? "offset" : "offset minor", label,
-         "middle");
+      body << "<line x1=\"" << num(lx) << "\" y1=\"" << num(barBottom) << "\" x2=\"" << num(lx)
+           << "\" y2=\"" << num(barBottom + 5) << "\" class=\"tick\"/>\n";
+    text((lo + hi) / 2, axisY, major ? "offset" : "offset minor", label, "middle");
   };
   placeOffset(0, true);
   placeOffset(group.size, true);
@@ -777,11 +745,9 @@ void SVGWriter::writeGroup(const Group &group) {
         for (unsigned above = 0; above < row; ++above)
           rows[above].used.push_back({cx - 0.5, cx + 0.5});
         double ty = firstRowY + row * kCalloutRowHeight;
-        body << "<line x1=\"" << num(cx) << "\" y1=\"" << num(barBottom)
-             << "\" x2=\"" << num(cx) << "\" y2=\"" << num(ty - 3)
-             << "\" class=\"leader\"/>\n";
-        text(leftward ? cx - 3 : cx + 3, ty, "callout", label,
-             leftward ? "end" : "start");
+        body << "<line x1=\"" << num(cx) << "\" y1=\"" << num(barBottom) << "\" x2=\"" << num(cx)
+             << "\" y2=\"" << num(ty - 3) << "\" class=\"leader\"/>\n";
+        text(leftward ? cx - 3 : cx + 3, ty, "callout", label, leftward ? "end" : "start");
         usedRows = std::max(usedRows, row + 1);
         break;
       }
@@ -796,12 +762,11 @@ void SVGWriter::writeGroup(const Group &group) {
     std::string number, range, count, name, shape, pieces;
   };
   SmallVector<Cell> cells;
-  cells.push_back({"#", "elements", "count", "parameter", "shape",
-                   "pieces  shard:[rows)@local offset"});
+  cells.push_back(
+      {"#", "elements", "count", "parameter", "shape", "pieces  shard:[rows)@local offset"});
   for (const Segment &segment : group.segments) {
     Cell cell;
-    cell.range = "[" + std::to_string(segment.begin) + ", " +
-                 std::to_string(segment.end) + ")";
+    cell.range = "[" + std::to_string(segment.begin) + ", " + std::to_string(segment.end) + ")";
     cell.count = std::to_string(segment.size());
     if (segment.kind == Segment::Member) {
       cell.number = std::to_string(segment.number);
@@ -840,8 +805,8 @@ void SVGWriter::writeGroup(const Group &group) {
       const Segment &segment = group.segments[index - 1];
       body << "<rect x=\"" << num(swatchX) << "\" y=\"" << num(ty - 10)
            << "\" width=\"16\" height=\"12\" fill=\"" << fill(segment)
-           << "\" class=\"swatch\"><title>"
-           << escapeXML(tooltip(group, segment)) << "</title></rect>\n";
+           << "\" class=\"swatch\"><title>" << escapeXML(tooltip(group, segment))
+           << "</title></rect>\n";
     }
     text(columns[0], ty, cls, cell.number, "end");
     text(columns[1], ty, cls, cell.range);
@@ -853,13 +818,11 @@ void SVGWriter::writeGroup(const Group &group) {
   y += (cells.size() - 1) * kTableRowHeight + 22;
 }
 
-void SVGWriter::write(llvm::raw_ostream &os, size_t numGroups,
-                      size_t numShown) {
+void SVGWriter::write(llvm::raw_ostream &os, size_t numGroups, size_t numShown) {
   double height = kBodyTop + y + 10;
   os << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-     << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << num(width)
-     << "\" height=\"" << num(height) << "\" viewBox=\"0 0 " << num(width)
-     << " " << num(height) << "\">\n"
+     << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << num(width) << "\" height=\""
+     << num(height) << "\" viewBox=\"0 0 " << num(width) << " " << num(height) << "\">\n"
      << "<title>fsdp.model @" << escapeXML(model.getSymName())
      << ": packed parameter-group layout</title>\n"
      << "<desc>Generated by fsdp-translate --emit-layout-svg. One bar per "
@@ -874,7 +837,8 @@ void SVGWriter::write(llvm::raw_ostream &os, size_t numGroups,
         "font-size:13px;font-weight:bold}\n"
      << ".sub,.note{font-family:'DejaVu Sans',Arial,Helvetica,sans-serif;"
         "font-size:11px;fill:#555}\n"
-     << ".rank{font-size:" << num(kSmallFont) << "px;fill:#333;paint-order:stroke;"
+     << ".rank{font-size:" << num(kSmallFont)
+     << "px;fill:#333;paint-order:stroke;"
         "stroke-width:3px}\n"
      << ".inbar,.detail{paint-order:stroke;stroke-width:3px;"
         "stroke-linejoin:round}\n"
@@ -882,7 +846,8 @@ void SVGWriter::write(llvm::raw_ostream &os, size_t numGroups,
      << ".detail,.small{font-size:" << num(kSmallFont) << "px}\n"
      << ".detail{fill:#333}\n"
      << ".light{fill:#fff}\n"
-     << ".offset{font-size:" << num(kSmallFont) << "px;fill:#1a1a1a;"
+     << ".offset{font-size:" << num(kSmallFont)
+     << "px;fill:#1a1a1a;"
         "paint-order:stroke;stroke:#fff;stroke-width:4px}\n"
      << ".minor{fill:#888}\n"
      << ".callout{font-size:" << num(kSmallFont) << "px;fill:#333}\n"
@@ -910,11 +875,10 @@ void SVGWriter::write(llvm::raw_ostream &os, size_t numGroups,
   std::string heading;
   {
     llvm::raw_string_ostream hs(heading);
-    hs << "fsdp.model @" << model.getSymName()
-       << ": packed parameter-group layout";
+    hs << "fsdp.model @" << model.getSymName() << ": packed parameter-group layout";
   }
-  os << "<text x=\"" << num(kMarginX) << "\" y=\"24\" class=\"h1\">"
-     << escapeXML(heading) << "</text>\n";
+  os << "<text x=\"" << num(kMarginX) << "\" y=\"24\" class=\"h1\">" << escapeXML(heading)
+     << "</text>\n";
   std::string note;
   {
     llvm::raw_string_ostream ns(note);
@@ -922,8 +886,7 @@ void SVGWriter::write(llvm::raw_ostream &os, size_t numGroups,
     for (auto [index, name] : llvm::enumerate(mesh.getAxisNames())) {
       if (index)
         ns << " \u00d7 ";
-      ns << llvm::cast<StringAttr>(name).getValue() << "="
-         << mesh.getShape()[index];
+      ns << llvm::cast<StringAttr>(name).getValue() << "=" << mesh.getShape()[index];
     }
     ns << " (" << mesh.getNumRanks() << " ranks)  \u00b7  ";
     if (numShown == numGroups)
@@ -934,18 +897,17 @@ void SVGWriter::write(llvm::raw_ostream &os, size_t numGroups,
     ns << "  \u00b7  each bar is " << num(kBarWidth)
        << " px for its group's size; spans under 1 px are drawn 1 px wide";
   }
-  os << "<text x=\"" << num(kMarginX) << "\" y=\"42\" class=\"note\">"
-     << escapeXML(note) << "</text>\n";
+  os << "<text x=\"" << num(kMarginX) << "\" y=\"42\" class=\"note\">" << escapeXML(note)
+     << "</text>\n";
   double lx = kMarginX;
   double ly = 52;
   auto legendText = [&](double tx, StringRef label) {
-    os << "<text x=\"" << num(tx) << "\" y=\"" << num(ly + 10)
-       << "\" class=\"note\">" << escapeXML(label) << "</text>\n";
+    os << "<text x=\"" << num(tx) << "\" y=\"" << num(ly + 10) << "\" class=\"note\">"
+       << escapeXML(label) << "</text>\n";
   };
   for (size_t i = 0; i < 4; ++i)
     os << "<rect x=\"" << num(lx + i * 8) << "\" y=\"" << num(ly)
-       << "\" width=\"8\" height=\"12\" fill=\"" << kPalette[i]
-       << "\" class=\"swatch\"/>\n";
+       << "\" width=\"8\" height=\"12\" fill=\"" << kPalette[i] << "\" class=\"swatch\"/>\n";
   legendText(lx + 38, "parameter (colour by DFS position; FQN when it fits)");
   lx += 38 + 330;
   os << "<rect x=\"" << num(lx) << "\" y=\"" << num(ly)
@@ -953,14 +915,12 @@ void SVGWriter::write(llvm::raw_ostream &os, size_t numGroups,
         "class=\"swatch\"/>\n";
   legendText(lx + 30, "hole (never read)");
   lx += 30 + 120;
-  os << "<rect x=\"" << num(lx) << "\" y=\"" << num(ly)
-     << "\" width=\"24\" height=\"12\" fill=\"" << kPaddingFill
-     << "\" class=\"swatch\"/>\n";
+  os << "<rect x=\"" << num(lx) << "\" y=\"" << num(ly) << "\" width=\"24\" height=\"12\" fill=\""
+     << kPaddingFill << "\" class=\"swatch\"/>\n";
   legendText(lx + 30, "tail padding");
   lx += 30 + 90;
-  os << "<line x1=\"" << num(lx + 4) << "\" y1=\"" << num(ly - 2)
-     << "\" x2=\"" << num(lx + 4) << "\" y2=\"" << num(ly + 14)
-     << "\" class=\"shard\"/>\n";
+  os << "<line x1=\"" << num(lx + 4) << "\" y1=\"" << num(ly - 2) << "\" x2=\"" << num(lx + 4)
+     << "\" y2=\"" << num(ly + 14) << "\" class=\"shard\"/>\n";
   legendText(lx + 12, "shard boundary; band above: ranks holding the shard");
   os << "<g transform=\"translate(0," << num(kBodyTop) << ")\">\n" << bodyText << "</g>\n";
   os << "</svg>\n";
@@ -985,10 +945,8 @@ LogicalResult fsdp::translateToLayoutSVG(Operation *op, llvm::raw_ostream &os,
     return failure();
   MeshOp mesh = model.getMesh();
   if (!mesh)
-    return model.emitError() << "fsdp.model @" << model.getSymName()
-                             << " has no fsdp.mesh";
-  FailureOr<SmallVector<ParamGroupOp>> lowered =
-      getLoweredGroups(model, "--emit-layout-svg");
+    return model.emitError() << "fsdp.model @" << model.getSymName() << " has no fsdp.mesh";
+  FailureOr<SmallVector<ParamGroupOp>> lowered = getLoweredGroups(model, "--emit-layout-svg");
   if (failed(lowered))
     return failure();
   ArrayRef<ParamGroupOp> groups = *lowered;
@@ -1012,8 +970,7 @@ LogicalResult fsdp::translateToLayoutSVG(Operation *op, llvm::raw_ostream &os,
         units.push_back(name);
     }
     InFlightDiagnostic diag = model.emitError()
-                              << "no fsdp.param_group of unit '"
-                              << options.unit << "' (units: ";
+                              << "no fsdp.param_group of unit '" << options.unit << "' (units: ";
     for (auto [index, name] : llvm::enumerate(units)) {
       if (index == 8) {
         diag << ", ... " << units.size() - 8 << " more";
@@ -1031,8 +988,7 @@ LogicalResult fsdp::translateToLayoutSVG(Operation *op, llvm::raw_ostream &os,
   return success();
 }
 
-LogicalResult fsdp::translateToLayoutSVG(Operation *op,
-                                         llvm::raw_ostream &os) {
+LogicalResult fsdp::translateToLayoutSVG(Operation *op, llvm::raw_ostream &os) {
   return translateToLayoutSVG(op, os, LayoutSVGOptions());
 }
 
@@ -1043,8 +999,7 @@ void fsdp::registerToLayoutSVGTranslation() {
                      "fully_shard unit FQN (\"(root)\" for the root unit)"),
       llvm::cl::init(""));
   static TranslateFromMLIRRegistration registration(
-      "emit-layout-svg",
-      "draw the lowered parameter-group layouts as a standalone SVG",
+      "emit-layout-svg", "draw the lowered parameter-group layouts as a standalone SVG",
       [](Operation *op, llvm::raw_ostream &os) {
         LayoutSVGOptions options;
         options.unit = unitFilter;
