@@ -116,6 +116,7 @@ Status CheckpointReader::readMetadataAndIndex() {
     return classify(metadata, pathOf(".metadata") + ": " + printable(metadata.error()),
                     ErrorKind::Corrupt);
   metadata_ = metadata.take();
+  bytesRead_ += bytes->size();
   for (const auto &[index, info] : metadata_.storageData)
     if (!isPlainFileName(info.relativePath))
       return corrupt(pathOf(".metadata") + ": item " + printable(index.fqn) + " names the file '" +
@@ -142,6 +143,7 @@ Status CheckpointReader::readMetadataAndIndex() {
                     ErrorKind::Corrupt);
   index_ = index.take();
   hasIndex_ = true;
+  bytesRead_ += indexBytes->size();
   if (index_.metadataLength != bytes->size() ||
       index_.metadataXxh3 != integrity::xxh3(bytes->data(), bytes->size()))
     return corrupt(pathOf(".metadata") + ": checksum mismatch against " +
@@ -306,11 +308,14 @@ Status CheckpointReader::readStorageRange(const TensorItem &item, uint64_t offse
                                           char *destination) {
   if (!inBounds(offset, count, item.record.storageBytes()))
     return corrupt(item.path + ": read outside the item at " + std::to_string(item.itemOffset));
+  bytesRead_ += count;
   return item.file->read(item.dataOffset + offset, destination, count);
 }
 
 Status CheckpointReader::readStorage(TensorItem &item, char *destination) {
   uint64_t dataBytes = item.record.storageBytes();
+  // Counted as read whatever follows: the bytes were asked of storage.
+  bytesRead_ += needsCheck(item) && item.checksum ? item.itemLength : dataBytes;
   if (!needsCheck(item))
     return item.file->read(item.dataOffset, destination, dataBytes);
   auto mismatch = [&]() -> Status {
@@ -371,6 +376,7 @@ Result<std::string> CheckpointReader::bytesItem(const std::string &key) {
   std::string bytes(where->length, '\0'); // within the file: checked above
   if (Status status = (*opened)->read(where->offset, bytes.data(), bytes.size()); !status)
     return status.failure();
+  bytesRead_ += bytes.size();
   if (!options_.verifyItems)
     return bytes;
   std::string where_ = pathOf(where->relativePath) + ": item " + printable(key);

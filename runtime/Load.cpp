@@ -305,8 +305,10 @@ Result<LoadResult> loadCheckpoint(const plan::RankPlan &plan, RankBuffers &buffe
                      "load from " + printable(trimSlashes(dir)) + " failed: " + agreed.error());
   uint64_t bytesRead = loader ? loader->bytesRead() : 0;
   result.stats.bytes = bytesRead;
+  result.stats.bytesReadStorage = reader ? (*reader)->bytesRead() : 0;
   result.stats.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result.stats.stallSeconds = result.stats.seconds;
   if (options.progress)
     options.progress({bytesRead, total, result.stats.seconds});
   return result;

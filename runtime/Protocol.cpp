@@ -69,17 +69,22 @@ Status agree(Communicator &comm, const Status &local, int64_t root) {
 
 Result<std::vector<TransferStats>> gatherStats(Communicator &comm, const TransferStats &stats,
                                                int64_t root) {
-  char line[96];
-  std::snprintf(line, sizeof(line), "%" PRIu64 " %" PRIu64 " %.9f", stats.bytes, stats.items,
-                stats.seconds);
+  char line[256];
+  std::snprintf(line, sizeof(line),
+                "%" PRIu64 " %" PRIu64 " %.9f %.9f %" PRIu64 " %" PRIu64 " %" PRIu64, stats.bytes,
+                stats.items, stats.seconds, stats.stallSeconds, stats.bytesReadStorage,
+                stats.bytesWrittenStorage, stats.bytesFromPeers);
   Result<std::vector<std::string>> all = comm.gather(line, root);
   if (!all)
     return all.failure();
   std::vector<TransferStats> out;
   for (const std::string &entry : *all) {
     TransferStats rank;
-    if (std::sscanf(entry.c_str(), "%" SCNu64 " %" SCNu64 " %lf", &rank.bytes, &rank.items,
-                    &rank.seconds) != 3)
+    if (std::sscanf(entry.c_str(),
+                    "%" SCNu64 " %" SCNu64 " %lf %lf %" SCNu64 " %" SCNu64 " %" SCNu64,
+                    &rank.bytes, &rank.items, &rank.seconds, &rank.stallSeconds,
+                    &rank.bytesReadStorage, &rank.bytesWrittenStorage,
+                    &rank.bytesFromPeers) != 7)
       return makeError("a rank sent unreadable statistics");
     out.push_back(rank);
   }

@@ -142,6 +142,7 @@ Status writeRankFile(const plan::RankPlan &plan, const RankBuffers &buffers,
   if (Status status = (*file)->close(); !status)
     return status;
   stats.bytes = writer.bytes;
+  stats.bytesWrittenStorage += writer.bytes;
   stats.items = plan.writes.size();
   return Status::success();
 }
@@ -172,7 +173,7 @@ Result<std::string> patchBytesLengths(const std::string &metadataBytes,
 /// The committing rank's part: index, `.metadata`, then the rename.
 Status commit(const plan::PlanFile &planFile, const std::string &staging, const std::string &target,
               bool targetExists, Storage &storage, const SaveOptions &options,
-              const std::vector<integrity::ItemChecksum> &items) {
+              const std::vector<integrity::ItemChecksum> &items, uint64_t &bytesWritten) {
   Result<std::string> planned = planFile.metadataBytes();
   if (!planned)
     return planned.failure();
@@ -191,6 +192,7 @@ Status commit(const plan::PlanFile &planFile, const std::string &staging, const 
     return status;
   // `.metadata` last: its appearance is DCP's commit point. The marker goes
   // just before the rename; until then the directory's name marks it.
+  bytesWritten += integrity::serializeIndex(index).size() + metadata->size();
   if (Status status = writeFileDurably(storage, staging, ".metadata", *metadata); !status)
     return status;
   if (Status status = storage.removeTree(staging + "/" + kUncommittedMarker); !status)
@@ -273,7 +275,8 @@ Result<TransferStats> saveCheckpoint(const plan::PlanFile &planFile, const plan:
         return makeError("rank " + std::to_string(r) + " sent corrupt checksums: " + part.error());
       all.insert(all.end(), part->items.begin(), part->items.end());
     }
-    return commit(planFile, staging, target, targetExists, storage, options, all);
+    return commit(planFile, staging, target, targetExists, storage, options, all,
+                  stats.bytesWrittenStorage);
   };
   Status committed = agreeThenDecide(comm, wrote, integrity::serializeIndex(mine), root, commitAll);
   if (comm.rank() == root) {
@@ -285,6 +288,7 @@ Result<TransferStats> saveCheckpoint(const plan::PlanFile &planFile, const plan:
     return propagate(committed,
                      "save to " + target + " failed, nothing committed: " + committed.error());
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  stats.stallSeconds = stats.seconds; // the buffers were in use throughout
   return stats;
 }
 

@@ -15,6 +15,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <sys/stat.h>
 
@@ -54,26 +55,35 @@ std::function<void(const Progress &)> progressPrinter(const char *what, bool spe
   };
 }
 
-/// "<total> <preposition> N ranks in <slowest> s, <rate>" on the root (every
-/// rank's statistics gathered there); empty elsewhere.
-std::string summary(Checkpointer &checkpointer, const TransferStats &stats,
-                    const char *preposition) {
-  Result<std::vector<TransferStats>> all =
-      gatherStats(checkpointer.comm(), stats, checkpointer.root());
-  if (!all || all->empty())
-    return "";
+/// Every rank's statistics gathered on `reporter`, which prints "<what>:
+/// <total> <preposition> N ranks in <slowest> s, <rate>" and writes
+/// --stats-json; the status of writing the file.
+Status reportStats(Checkpointer &checkpointer, const TransferStats &stats, int64_t reporter,
+                   const std::string &op, const std::string &what, const char *preposition,
+                   const std::string &statsPath, const char *suffix = "") {
+  Result<std::vector<TransferStats>> all = gatherStats(checkpointer.comm(), stats, reporter);
+  if (!all)
+    return all.failure();
+  if (checkpointer.rank() != reporter)
+    return Status::success();
   uint64_t bytes = 0;
   double seconds = 0;
   for (const TransferStats &rank : *all) {
     bytes += rank.bytes;
     seconds = std::max(seconds, rank.seconds);
   }
-  char text[160];
-  std::snprintf(text, sizeof(text), "%s %s %lld ranks in %.3f s, %.2f GB/s",
-                gigabytes(static_cast<double>(bytes)).c_str(), preposition,
-                static_cast<long long>(all->size()), seconds,
-                seconds > 0 ? bytes / seconds / 1e9 : 0.0);
-  return text;
+  std::printf("%s: %s %s %lld ranks in %.3f s, %.2f GB/s%s\n", what.c_str(),
+              gigabytes(static_cast<double>(bytes)).c_str(), preposition,
+              static_cast<long long>(all->size()), seconds,
+              seconds > 0 ? bytes / seconds / 1e9 : 0.0, suffix);
+  if (statsPath.empty())
+    return Status::success();
+  std::ofstream out(statsPath);
+  out << statsJson(op, *all);
+  out.close();
+  if (!out)
+    return makeError(statsPath + ": cannot write the statistics", ErrorKind::IO);
+  return Status::success();
 }
 
 /// The source's tensor keys that the plan's metadata does not name.
@@ -143,6 +153,9 @@ int run(int argc, char **argv) {
       ->check(seedCheck);
   save->add_option("--step", step, "Optimizer step count to store");
   save->add_flag("--overwrite", overwrite, "Replace an existing checkpoint atomically");
+  std::string statsPath;
+  const char *statsHelp = "Write every rank's statistics to FILE as JSON (one writer)";
+  save->add_option("--stats-json", statsPath, statsHelp);
   save->add_option(
       "--inject-fault", fault,
       "Testing: OP:N:ERRNO|KILL|PAUSE, e.g. write:3:EIO, sync:2:KILL or write:1:PAUSE");
@@ -154,6 +167,7 @@ int run(int argc, char **argv) {
   load->add_option("--check", seed, "Exit 0 only if every loaded element equals SEED's value")
       ->check(seedCheck);
   load->add_flag("--no-sync-model-weights", noSync, "Do not refresh model_weight from main_weight");
+  load->add_option("--stats-json", statsPath, statsHelp);
 
   CLI::App *reshard = app.add_subcommand(
       "reshard", "Load any DCP checkpoint into the plan's layout and save it in ours");
@@ -162,6 +176,7 @@ int run(int argc, char **argv) {
       ->required();
   reshard->add_option("--to", dir, "Destination directory")->required();
   reshard->add_flag("--overwrite", overwrite, "Replace an existing destination atomically");
+  reshard->add_option("--stats-json", statsPath, statsHelp);
   reshard->add_flag("--allow-extra", allowExtra,
                     "Accept source tensors the plan does not name (they are dropped)");
 
@@ -238,9 +253,10 @@ int run(int argc, char **argv) {
     Result<TransferStats> stats = checkpointer.save(dir, options);
     if (!stats)
       return fail(&checkpointer, command, stats.failure());
-    std::string line = summary(checkpointer, *stats, "from");
-    if (speaks)
-      std::printf("saved %s: %s\n", dir.c_str(), line.c_str());
+    if (Status status = reportStats(checkpointer, *stats, checkpointer.root(), "save",
+                                    "saved " + dir, "from", statsPath);
+        !status)
+      return failHere(rank, size, command, status.failure());
     return 0;
   }
 
@@ -256,13 +272,14 @@ int run(int argc, char **argv) {
     return fail(&checkpointer, command, loaded.failure());
 
   if (load->parsed()) {
-    std::string line = summary(checkpointer, loaded->stats, "into");
     if (seed >= 0)
       if (Status checked = checkpointer.check(static_cast<uint32_t>(seed)); !checked)
         return fail(&checkpointer, command, propagate(checked, "check failed: " + checked.error()));
-    if (speaks)
-      std::printf("loaded %s: %s%s\n", dir.c_str(), line.c_str(),
-                  seed >= 0 ? ", every element checked" : "");
+    // A load's statistics are rank 0's to report.
+    if (Status status = reportStats(checkpointer, loaded->stats, 0, "load", "loaded " + dir,
+                                    "into", statsPath, seed >= 0 ? ", every element checked" : "");
+        !status)
+      return failHere(rank, size, command, status.failure());
     return 0;
   }
 
@@ -281,9 +298,15 @@ int run(int argc, char **argv) {
   Result<TransferStats> stats = checkpointer.save(dir, options);
   if (!stats)
     return fail(&checkpointer, command, stats.failure());
-  if (speaks)
-    std::printf("resharded %s into %s for %lld ranks\n", fromDir.c_str(), dir.c_str(),
-                static_cast<long long>(size));
+  // The whole reshard: the load's reads and the save's writes.
+  TransferStats both = *stats;
+  both.seconds += loaded->stats.seconds;
+  both.stallSeconds += loaded->stats.stallSeconds;
+  both.bytesReadStorage += loaded->stats.bytesReadStorage;
+  if (Status status = reportStats(checkpointer, both, checkpointer.root(), "reshard",
+                                  "resharded " + fromDir + " into " + dir, "for", statsPath);
+      !status)
+    return failHere(rank, size, command, status.failure());
   return 0;
 }
 

@@ -47,7 +47,20 @@ struct TransferStats {
   uint64_t bytes = 0; // this rank's item bytes written or read
   uint64_t items = 0;
   double seconds = 0; // this rank's wall time for the whole operation
+  /// Until the buffers may change again (a synchronous save: all of it).
+  double stallSeconds = 0;
+  /// What this rank read from and wrote to storage, every file included
+  /// (`.metadata`, the index, whole items read to check them).
+  uint64_t bytesReadStorage = 0;
+  uint64_t bytesWrittenStorage = 0;
+  /// What reached this rank from other ranks instead of storage.
+  uint64_t bytesFromPeers = 0;
 };
+
+/// `{"op": OP, "ranks": [{"rank", "seconds", "stall_seconds",
+/// "bytes_read_storage", "bytes_written_storage", "bytes_from_peers"}, ...]}`
+/// for every rank's statistics, in rank order: what --stats-json writes.
+std::string statsJson(const std::string &op, const std::vector<TransferStats> &ranks);
 
 struct SaveOptions {
   bool overwrite = false;

@@ -107,6 +107,9 @@ public:
   /// directory/name, for messages (name escaped).
   std::string pathOf(const std::string &name) const;
 
+  /// Bytes read from storage so far (`.metadata`, the index, items).
+  uint64_t bytesRead() const { return bytesRead_; }
+
 private:
   CheckpointReader(std::string dir, Storage &storage, const ReaderOptions &options)
       : dir_(std::move(dir)), storage_(storage), options_(options) {}
@@ -132,6 +135,7 @@ private:
   std::map<std::pair<std::string, uint64_t>, const integrity::ItemChecksum *> checksums_;
   std::map<std::string, std::unique_ptr<zip::ByteSource>> files_;
   std::map<std::pair<std::string, uint64_t>, std::unique_ptr<TensorItem>> items_;
+  uint64_t bytesRead_ = 0;
 };
 
 /// True for a plain file name: not empty, no '/', no NUL, not `.` or `..`.
