@@ -1,6 +1,7 @@
 //===- Buffers.cpp - A rank's packed buffers ------------------------------===//
 #include "fsdp/Runtime/Buffers.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -13,8 +14,23 @@ std::string bufferName(int32_t group, plan::BufferRole role) {
 }
 } // namespace
 
-Result<RankBuffers> RankBuffers::allocate(const plan::RankPlan &plan) {
+Status BufferView::copyOut(uint64_t offset, uint64_t count, void *host) const {
+  if (offset > bytes || count > bytes - offset)
+    return makeError("a copy out of a buffer past its end", ErrorKind::Internal);
+  return backend->copyOut(static_cast<const char *>(data) + offset, host, count).get();
+}
+
+Status BufferView::copyIn(uint64_t offset, uint64_t count, const void *host) const {
+  if (offset > bytes || count > bytes - offset)
+    return makeError("a copy into a buffer past its end", ErrorKind::Internal);
+  return backend->copyIn(host, static_cast<char *>(data) + offset, count).get();
+}
+
+Result<RankBuffers> RankBuffers::allocate(const plan::RankPlan &plan,
+                                          std::shared_ptr<MemoryBackend> backend) {
   RankBuffers buffers;
+  buffers.backend_ = backend ? std::move(backend) : createHostBackend();
+  MemoryBackend *owner = buffers.backend_.get();
   buffers.layout_ = plan.buffers;
   for (const plan::LocalBuffer &buffer : plan.buffers) {
     if (buffer.aliasesMainWeight)
@@ -24,16 +40,15 @@ Result<RankBuffers> RankBuffers::allocate(const plan::RankPlan &plan) {
       return makeError(bufferName(buffer.group, buffer.role) + " of " +
                        std::to_string(buffer.elements) + " elements is out of range");
     uint64_t bytes = static_cast<uint64_t>(buffer.elements) * elementSize;
-    // Rounded up to the alignment, as aligned_alloc requires.
-    uint64_t rounded = (bytes + 4095) / 4096 * 4096;
-    void *memory = rounded ? std::aligned_alloc(4096, rounded) : nullptr;
-    if (rounded && !memory)
-      return makeError("cannot allocate " + std::to_string(bytes) + " bytes for " +
-                       bufferName(buffer.group, buffer.role));
-    if (memory)
-      std::memset(memory, 0, rounded);
-    buffers.owned_.emplace_back(memory);
-    buffers.views_[{buffer.group, buffer.role}] = {memory, bytes, buffer.dtype, buffer.elements};
+    Result<void *> memory = owner->allocate(bytes);
+    if (!memory)
+      return propagate(memory, memory.error() + " for " + bufferName(buffer.group, buffer.role));
+    buffers.owned_.emplace_back(*memory, [backend = buffers.backend_](void *p) {
+      if (p)
+        backend->release(p);
+    });
+    buffers.views_[{buffer.group, buffer.role}] = {*memory, bytes, buffer.dtype, buffer.elements,
+                                                   owner};
   }
   for (const plan::LocalBuffer &buffer : plan.buffers)
     if (buffer.aliasesMainWeight) {
@@ -48,8 +63,10 @@ Result<RankBuffers> RankBuffers::allocate(const plan::RankPlan &plan) {
 
 Result<RankBuffers> RankBuffers::wrap(
     const plan::RankPlan &plan,
-    const std::map<std::pair<int32_t, plan::BufferRole>, void *> &memory) {
+    const std::map<std::pair<int32_t, plan::BufferRole>, void *> &memory,
+    std::shared_ptr<MemoryBackend> backend) {
   RankBuffers buffers;
+  buffers.backend_ = backend ? std::move(backend) : createHostBackend();
   buffers.layout_ = plan.buffers;
   for (const plan::LocalBuffer &buffer : plan.buffers) {
     auto found = memory.find({buffer.group, buffer.role});
@@ -58,7 +75,8 @@ Result<RankBuffers> RankBuffers::wrap(
     if (found == memory.end() || (!found->second && buffer.elements))
       return makeError("no memory given for " + bufferName(buffer.group, buffer.role));
     uint64_t bytes = static_cast<uint64_t>(buffer.elements) * dcp::dtypeInfo(buffer.dtype).elementSize;
-    buffers.views_[{buffer.group, buffer.role}] = {found->second, bytes, buffer.dtype, buffer.elements};
+    buffers.views_[{buffer.group, buffer.role}] = {found->second, bytes, buffer.dtype,
+                                                   buffer.elements, buffers.backend_.get()};
   }
   return buffers;
 }
@@ -76,6 +94,27 @@ uint64_t RankBuffers::totalBytes() const {
     if (!buffer.aliasesMainWeight)
       total += static_cast<uint64_t>(buffer.elements) * dcp::dtypeInfo(buffer.dtype).elementSize;
   return total;
+}
+
+Status refreshModelWeights(const plan::RankPlan &plan, RankBuffers &buffers) {
+  for (const plan::LocalBuffer &buffer : plan.buffers) {
+    if (buffer.role != plan::BufferRole::ModelWeight || buffer.aliasesMainWeight)
+      continue;
+    Result<BufferView> main = buffers.get(buffer.group, plan::BufferRole::MainWeight);
+    if (!main)
+      return main.failure();
+    Result<BufferView> model = buffers.get(buffer.group, plan::BufferRole::ModelWeight);
+    if (!model)
+      return model.failure();
+    // On the buffers' own backend: a device casts in device memory.
+    if (Status status = buffers.backend().cast(
+            main->dtype, main->data, model->dtype, model->data,
+            static_cast<uint64_t>(std::min(main->elements, model->elements)));
+        !status)
+      return propagate(status, "refreshing model_weight of group " +
+                                   std::to_string(buffer.group) + ": " + status.error());
+  }
+  return Status::success();
 }
 
 } // namespace runtime

@@ -46,7 +46,7 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::open(plan::PlanFile file,
 }
 
 Status Checkpointer::allocate() {
-  Result<RankBuffers> allocated = RankBuffers::allocate(plan_);
+  Result<RankBuffers> allocated = RankBuffers::allocate(plan_, backend_);
   if (!allocated)
     return allocated.failure();
   bound_.clear();
@@ -68,7 +68,7 @@ Status Checkpointer::bind(int32_t group, plan::BufferRole role, void *data) {
 
 Result<RankBuffers *> Checkpointer::buffers() {
   if (!buffers_) {
-    Result<RankBuffers> wrapped = RankBuffers::wrap(plan_, bound_);
+    Result<RankBuffers> wrapped = RankBuffers::wrap(plan_, bound_, backend_);
     if (!wrapped)
       return makeError(wrapped.error() + " (allocate the buffers or bind every one)",
                        ErrorKind::InvalidArgument);

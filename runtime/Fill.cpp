@@ -6,9 +6,14 @@ namespace fsdp {
 namespace runtime {
 
 namespace {
-/// Calls `visit(read, data, firstElement)` for every piece a rank holds.
+/// Calls `visit(read, data, firstElement)` for every piece a rank holds, with
+/// `data` in host memory: the buffer itself when the host may touch it,
+/// else a staging copy (copied out first when the visit reads, copied back
+/// when it `writes`).
 template <typename Visit>
-Status forEachPiece(const plan::RankPlan &plan, const RankBuffers &buffers, Visit visit) {
+Status forEachPiece(const plan::RankPlan &plan, const RankBuffers &buffers, bool writes,
+                    Visit visit) {
+  std::string staging;
   for (const plan::ReadItem &read : plan.reads) {
     if (read.source != plan::ItemSource::Buffer)
       continue;
@@ -20,10 +25,22 @@ Status forEachPiece(const plan::RankPlan &plan, const RankBuffers &buffers, Visi
     for (size_t d = 1; d < read.chunkSizes.size(); ++d)
       rowSize *= static_cast<uint64_t>(read.chunkSizes[d]);
     uint64_t first = read.chunkOffsets.empty() ? 0 : read.chunkOffsets[0] * rowSize;
-    if (Status status = visit(
-            read, static_cast<char *>(view->data) + read.buffer.localOffset * elementSize, first);
-        !status)
+    uint64_t offset = static_cast<uint64_t>(read.buffer.localOffset) * elementSize;
+    uint64_t bytes = static_cast<uint64_t>(read.buffer.elements) * elementSize;
+    bool direct = view->backend->hostAccessible();
+    char *data = static_cast<char *>(view->data) + offset;
+    if (!direct) {
+      staging.resize(bytes);
+      data = staging.data();
+      if (!writes)
+        if (Status status = view->copyOut(offset, bytes, data); !status)
+          return propagate(status, read.key + ": " + status.error());
+    }
+    if (Status status = visit(read, data, first); !status)
       return status;
+    if (!direct && writes)
+      if (Status status = view->copyIn(offset, bytes, data); !status)
+        return propagate(status, read.key + ": " + status.error());
   }
   return Status::success();
 }
@@ -31,7 +48,7 @@ Status forEachPiece(const plan::RankPlan &plan, const RankBuffers &buffers, Visi
 
 Status fillFromSeed(const plan::RankPlan &plan, RankBuffers &buffers, uint32_t seed) {
   Status status = forEachPiece(
-      plan, buffers, [&](const plan::ReadItem &read, char *data, uint64_t first) -> Status {
+      plan, buffers, /*writes=*/true, [&](const plan::ReadItem &read, char *data, uint64_t first) -> Status {
         if (Status s = fillTestValues(read.dtype, fnv1a32(read.key), first,
                                       static_cast<uint64_t>(read.buffer.elements), seed, data);
             !s)
@@ -41,23 +58,12 @@ Status fillFromSeed(const plan::RankPlan &plan, RankBuffers &buffers, uint32_t s
   if (!status)
     return status;
   // model_weight follows main_weight, as after an optimizer step.
-  for (const plan::LocalBuffer &buffer : plan.buffers) {
-    if (buffer.role != plan::BufferRole::ModelWeight || buffer.aliasesMainWeight)
-      continue;
-    Result<BufferView> main = buffers.get(buffer.group, plan::BufferRole::MainWeight);
-    Result<BufferView> model = buffers.get(buffer.group, plan::BufferRole::ModelWeight);
-    if (main && model)
-      if (Status s = castElements(main->dtype, main->data, model->dtype, model->data,
-                                  static_cast<uint64_t>(model->elements));
-          !s)
-        return s;
-  }
-  return Status::success();
+  return refreshModelWeights(plan, buffers);
 }
 
 Status checkAgainstSeed(const plan::RankPlan &plan, const RankBuffers &buffers, uint32_t seed) {
   return forEachPiece(
-      plan, buffers, [&](const plan::ReadItem &read, char *data, uint64_t first) -> Status {
+      plan, buffers, /*writes=*/false, [&](const plan::ReadItem &read, char *data, uint64_t first) -> Status {
         if (Status s = checkTestValues(read.dtype, fnv1a32(read.key), first,
                                        static_cast<uint64_t>(read.buffer.elements), seed, data);
             !s) {

@@ -71,7 +71,16 @@ public:
             view->bytes)
       return makeError(read.key + ": the plan's piece does not fit its buffer",
                        ErrorKind::InvalidArgument);
-    char *base = static_cast<char *>(view->data) + read.buffer.localOffset * elementSize;
+    uint64_t pieceOffset = static_cast<uint64_t>(read.buffer.localOffset) * elementSize;
+    uint64_t pieceBytes = static_cast<uint64_t>(read.buffer.elements) * elementSize;
+    // Memory the host may not touch (a device) is loaded in host staging and
+    // copied in whole.
+    bool direct = view->backend->hostAccessible();
+    char *base = static_cast<char *>(view->data) + pieceOffset;
+    if (!direct) {
+      staging_.resize(pieceBytes);
+      base = staging_.data();
+    }
 
     layout::Box target{read.chunkOffsets, read.chunkSizes};
     std::vector<Overlap> overlaps;
@@ -112,7 +121,10 @@ public:
           std::to_string(target.offsets.empty() ? 0 : target.offsets[0]) + ", " +
           std::to_string(target.offsets.empty() ? 0 : target.offsets[0] + target.sizes[0]) +
           "): the checkpoint does not tile the tensor");
-    bytesRead_ += static_cast<uint64_t>(read.buffer.elements) * elementSize;
+    if (!direct)
+      if (Status status = view->copyIn(pieceOffset, pieceBytes, base); !status)
+        return propagate(status, read.key + ": " + status.error());
+    bytesRead_ += pieceBytes;
     return Status::success();
   }
 
@@ -223,25 +235,8 @@ private:
 
   CheckpointReader &reader_;
   uint64_t bytesRead_ = 0;
+  std::string staging_; // one piece, for buffers the host may not touch
 };
-
-Status refreshModelWeights(const plan::RankPlan &plan, RankBuffers &buffers) {
-  for (const plan::LocalBuffer &buffer : plan.buffers) {
-    if (buffer.role != plan::BufferRole::ModelWeight || buffer.aliasesMainWeight)
-      continue;
-    Result<BufferView> main = buffers.get(buffer.group, plan::BufferRole::MainWeight);
-    Result<BufferView> model = buffers.get(buffer.group, plan::BufferRole::ModelWeight);
-    if (!main || !model)
-      return makeError(!main ? main.error() : model.error());
-    if (Status status =
-            castElements(main->dtype, main->data, model->dtype, model->data,
-                         static_cast<uint64_t>(std::min(main->elements, model->elements)));
-        !status)
-      return makeError("refreshing model_weight of group " + std::to_string(buffer.group) + ": " +
-                       status.error());
-  }
-  return Status::success();
-}
 
 } // namespace
 

@@ -33,8 +33,60 @@ struct ItemWriter {
   WritableFile &file;
   std::vector<integrity::ItemChecksum> &checksums;
   uint64_t bytes = 0;
+  /// Two host blocks a buffer the host may not touch is staged through:
+  /// one is copied out while the other is checksummed and written.
+  std::string staging[2];
+  static constexpr uint64_t kStagingBlock = 4 << 20;
 
-  Status writeTensor(const plan::WriteItem &item, const void *data) {
+  /// An item from a buffer: straight from its memory when the host may
+  /// touch it, else through the staging blocks.
+  Status writeTensor(const plan::WriteItem &item, const BufferView &view, uint64_t offset) {
+    if (view.backend->hostAccessible())
+      return writeTensor(item, static_cast<const char *>(view.data) + offset);
+    Result<const zip::ItemLayout *> layout = checkedLayout(item);
+    if (!layout)
+      return layout.failure();
+    uint64_t dataSize = (*layout)->dataSize;
+    integrity::StreamingXxh3 hash;
+    hash.update((*layout)->header.data(), (*layout)->header.size());
+    if (Status status = file.writeAt(item.itemOffset,
+                                     {{(*layout)->header.data(), (*layout)->header.size()}});
+        !status)
+      return propagate(status, status.error() + " (item " + item.key + ")");
+    uint32_t crc = 0;
+    auto copyOut = [&](uint64_t at, std::string &block) {
+      block.resize(kStagingBlock);
+      return view.backend->copyOut(static_cast<const char *>(view.data) + offset + at,
+                                   block.data(), std::min(kStagingBlock, dataSize - at));
+    };
+    std::future<Status> pending = dataSize ? copyOut(0, staging[0]) : std::future<Status>();
+    for (uint64_t at = 0, index = 0; at < dataSize; at += kStagingBlock, index ^= 1) {
+      uint64_t size = std::min(kStagingBlock, dataSize - at);
+      if (Status status = pending.get(); !status)
+        return propagate(status, item.key + ": " + status.error());
+      if (at + size < dataSize)
+        pending = copyOut(at + size, staging[index ^ 1]);
+      const char *block = staging[index].data();
+      crc = zip::crc32(block, size, crc);
+      hash.update(block, size);
+      if (Status status = file.writeAt(item.dataOffset + at, {{block, size}}); !status) {
+        if (pending.valid())
+          (void)pending.get(); // the copy in flight writes into our staging
+        return propagate(status, status.error() + " (item " + item.key + ")");
+      }
+    }
+    zip::ItemLayout filled = **layout; // the trailer carries this item's CRC
+    filled.setDataCrc(crc);
+    hash.update(filled.trailer.data(), filled.trailer.size());
+    if (Status status = file.writeAt(item.dataOffset + dataSize,
+                                     {{filled.trailer.data(), filled.trailer.size()}});
+        !status)
+      return propagate(status, status.error() + " (item " + item.key + ")");
+    return recordChecksum(item, hash.digest());
+  }
+
+  /// The planned layout of a tensor item, checked against this runtime's.
+  Result<const zip::ItemLayout *> checkedLayout(const plan::WriteItem &item) {
     Result<const zip::ItemLayout *> cached = layouts.get(item.dtype, item.chunkSizes);
     if (!cached)
       return propagate(cached, item.key + ": " + cached.error());
@@ -44,6 +96,23 @@ struct ItemWriter {
         layout.dataSize != item.dataLength)
       return makeError(item.key + ": the plan's item layout does not match this runtime's "
                                   "(re-emit the plan with this build)");
+    return cached;
+  }
+
+  Status recordChecksum(const plan::WriteItem &item, uint64_t digest) {
+    checksums.push_back(
+        {itemChecksumKey(item.key, item.chunkOffsets, item.source != plan::ItemSource::Bytes),
+         baseName(file.path()), item.itemOffset, item.itemLength, digest});
+    bytes += item.itemLength;
+    return Status::success();
+  }
+
+  /// An item from host memory, written with one pwritev.
+  Status writeTensor(const plan::WriteItem &item, const void *data) {
+    Result<const zip::ItemLayout *> cached = checkedLayout(item);
+    if (!cached)
+      return cached.failure();
+    const zip::ItemLayout &layout = **cached;
     const char *bytesIn = static_cast<const char *>(data);
     integrity::StreamingXxh3 hash;
     hash.update(layout.header.data(), layout.header.size());
@@ -63,11 +132,7 @@ struct ItemWriter {
                                            {filled.trailer.data(), filled.trailer.size()}});
         !status)
       return propagate(status, status.error() + " (item " + item.key + ")");
-    checksums.push_back(
-        {itemChecksumKey(item.key, item.chunkOffsets, item.source != plan::ItemSource::Bytes),
-         baseName(file.path()), item.itemOffset, item.itemLength, hash.digest()});
-    bytes += item.itemLength;
-    return Status::success();
+    return recordChecksum(item, hash.digest());
   }
 
   Status writeBytes(const plan::WriteItem &item, const std::string &payload) {
@@ -114,8 +179,7 @@ Status writeRankFile(const plan::RankPlan &plan, const RankBuffers &buffers,
           static_cast<uint64_t>(item.buffer.localOffset + item.buffer.elements) * elementSize >
               view->bytes)
         return makeError(item.key + ": the plan reads past the end of its buffer");
-      status = writer.writeTensor(item, static_cast<const char *>(view->data) +
-                                            item.buffer.localOffset * elementSize);
+      status = writer.writeTensor(item, *view, item.buffer.localOffset * elementSize);
       break;
     }
     case plan::ItemSource::Step:

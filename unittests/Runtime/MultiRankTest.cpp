@@ -11,6 +11,7 @@
 #include "../TestModels.h"
 #include "fsdp/Plan/PlanFile.h"
 #include "fsdp/Runtime/Checkpointer.h"
+#include "fsdp/Runtime/MemoryBackend.h"
 #include "fsdp/Runtime/Protocol.h"
 
 #include <gtest/gtest.h>
@@ -58,14 +59,41 @@ plan::PlanFile planFor(const plan::ModelLayout &model) {
   return file.take();
 }
 
+/// Where each rank's buffers live (host memory when null).
+using BackendOf = std::function<std::shared_ptr<MemoryBackend>()>;
+
+/// A simulated device per rank whose copies each wait 100 us.
+std::shared_ptr<MemoryBackend> slowDevice() {
+  SimulatedDeviceOptions options;
+  options.copyDelay = std::chrono::microseconds(100);
+  return createSimulatedDeviceBackend(options);
+}
+
+/// Opens `plan` for the rank of `comm` and allocates its buffers.
+Result<std::unique_ptr<Checkpointer>> openAndAllocate(const plan::PlanFile &plan,
+                                                      std::unique_ptr<Communicator> comm,
+                                                      std::unique_ptr<Storage> storage,
+                                                      const BackendOf &backendOf) {
+  Result<std::unique_ptr<Checkpointer>> opened =
+      Checkpointer::open(plan, std::move(comm), std::move(storage));
+  if (!opened)
+    return opened;
+  if (backendOf)
+    (*opened)->useMemoryBackend(backendOf());
+  if (Status status = (*opened)->allocate(); !status)
+    return status.failure();
+  return opened;
+}
+
 /// Every rank of `plan` saves SEED's values into `dir`; each rank's status.
 std::vector<Status> saveOnRanks(const plan::PlanFile &plan, const std::string &dir, uint32_t seed,
-                                std::function<std::unique_ptr<Storage>(int64_t)> storageOf = {}) {
+                                std::function<std::unique_ptr<Storage>(int64_t)> storageOf = {},
+                                const BackendOf &backendOf = {}) {
   PerRank<Status> statuses(plan.worldSize());
   onRanks(plan.worldSize(), [&](int64_t rank, std::unique_ptr<Communicator> comm) {
-    Result<std::unique_ptr<Checkpointer>> opened =
-        Checkpointer::open(plan, std::move(comm), storageOf ? storageOf(rank) : nullptr);
-    Status status = opened ? (*opened)->allocate() : Status(opened.failure());
+    Result<std::unique_ptr<Checkpointer>> opened = openAndAllocate(
+        plan, std::move(comm), storageOf ? storageOf(rank) : nullptr, backendOf);
+    Status status = opened ? Status::success() : Status(opened.failure());
     if (status)
       status = (*opened)->fill(seed);
     if (status) {
@@ -78,11 +106,13 @@ std::vector<Status> saveOnRanks(const plan::PlanFile &plan, const std::string &d
 }
 
 /// Every rank of `plan` loads `dir` and checks SEED's values.
-std::vector<Status> loadOnRanks(const plan::PlanFile &plan, const std::string &dir, uint32_t seed) {
+std::vector<Status> loadOnRanks(const plan::PlanFile &plan, const std::string &dir, uint32_t seed,
+                                const BackendOf &backendOf = {}) {
   PerRank<Status> statuses(plan.worldSize());
   onRanks(plan.worldSize(), [&](int64_t rank, std::unique_ptr<Communicator> comm) {
-    Result<std::unique_ptr<Checkpointer>> opened = Checkpointer::open(plan, std::move(comm));
-    Status status = opened ? (*opened)->allocate() : Status(opened.failure());
+    Result<std::unique_ptr<Checkpointer>> opened =
+        openAndAllocate(plan, std::move(comm), nullptr, backendOf);
+    Status status = opened ? Status::success() : Status(opened.failure());
     if (status) {
       Result<LoadResult> loaded = (*opened)->load(dir);
       status = loaded ? (*opened)->check(seed) : Status(loaded.failure());
@@ -292,6 +322,56 @@ TEST(MultiRank, OneRankFailingFailsEveryRankAndCommitsNothing) {
     ASSERT_FALSE(status);
     EXPECT_EQ(status.kind(), ErrorKind::InvalidArgument) << status.error();
     EXPECT_NE(status.error().find("rank 1: "), std::string::npos) << status.error();
+  }
+  (void)storage->removeTree(work);
+}
+
+TEST(SimulatedDevice, SaveLoadAndReshardThroughCopiesOnly) {
+  // Device memory the host cannot touch: every byte goes through the
+  // backend's copies (a stray host access would fault).
+  std::string work = tempDir();
+  ASSERT_FALSE(work.empty());
+  plan::PlanFile four = planFor(workedExample({4}));
+  expectAllOk(saveOnRanks(four, work + "/device", 21, {}, slowDevice));
+  std::unique_ptr<Storage> storage = createPosixStorage();
+  std::string problems;
+  Status verified = verifyCheckpoint(work + "/device", *storage, problems);
+  EXPECT_TRUE(verified) << verified.error() << "\n" << problems;
+  // Device to host and host to device give the same checkpoint's values.
+  expectAllOk(loadOnRanks(planFor(workedExample({2})), work + "/device", 21));
+  expectAllOk(saveOnRanks(four, work + "/host", 21));
+  expectAllOk(loadOnRanks(planFor(workedExample({3})), work + "/host", 21, slowDevice));
+  // HSDP on devices, and a reshard from devices to devices.
+  expectAllOk(loadOnRanks(planFor(workedExample({2, 2}, {layout::Placement::Replicate,
+                                                         layout::Placement::Shard})),
+                          work + "/device", 21, slowDevice));
+  plan::PlanFile three = planFor(workedExample({3}));
+  PerRank<Status> resharded(3);
+  onRanks(3, [&](int64_t rank, std::unique_ptr<Communicator> comm) {
+    Result<std::unique_ptr<Checkpointer>> opened =
+        openAndAllocate(three, std::move(comm), nullptr, slowDevice);
+    Status status = opened ? Status::success() : Status(opened.failure());
+    if (status) {
+      Result<LoadResult> loaded = (*opened)->load(work + "/device");
+      status = loaded ? Status::success() : Status(loaded.failure());
+    }
+    if (status) {
+      Result<TransferStats> saved = (*opened)->save(work + "/resharded");
+      status = saved ? Status::success() : Status(saved.failure());
+    }
+    resharded.values[rank] = status;
+  });
+  expectAllOk(resharded.values);
+  expectAllOk(loadOnRanks(planFor(workedExample({1})), work + "/resharded", 21));
+  // The data files are the same whichever memory they were saved from.
+  for (const char *file : {"__0_0.distcp", "__3_0.distcp"}) {
+    Result<std::unique_ptr<zip::ByteSource>> a = storage->openRead(work + "/device/" + file);
+    Result<std::unique_ptr<zip::ByteSource>> b = storage->openRead(work + "/host/" + file);
+    ASSERT_TRUE(a && b) << file;
+    std::string bytesA((*a)->size(), '\0'), bytesB((*b)->size(), '\0');
+    ASSERT_TRUE((*a)->read(0, bytesA.data(), bytesA.size()));
+    ASSERT_TRUE((*b)->read(0, bytesB.data(), bytesB.size()));
+    EXPECT_EQ(bytesA, bytesB) << file;
   }
   (void)storage->removeTree(work);
 }

@@ -41,6 +41,10 @@ public:
   /// The rank that decides for all: the plan's committing rank.
   int64_t root() const { return planFile_.commitRank(); }
 
+  /// Where allocate and bind put the buffers from now on (host memory
+  /// unless told otherwise).
+  void useMemoryBackend(std::shared_ptr<MemoryBackend> backend) { backend_ = std::move(backend); }
+
   /// Runtime-owned buffers for every (group, role), zeroed.
   Status allocate();
   /// Caller-owned memory for one buffer (at least elements x element size
@@ -66,6 +70,7 @@ private:
   plan::RankPlan plan_;
   std::unique_ptr<Communicator> comm_;
   std::unique_ptr<Storage> storage_;
+  std::shared_ptr<MemoryBackend> backend_;
   std::map<std::pair<int32_t, plan::BufferRole>, void *> bound_;
   std::optional<RankBuffers> buffers_;
 };

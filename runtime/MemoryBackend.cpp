@@ -1,0 +1,223 @@
+//===- MemoryBackend.cpp - Host memory and a simulated device -------------===//
+#include "fsdp/Runtime/MemoryBackend.h"
+#include "fsdp/Runtime/Values.h"
+
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <sys/mman.h>
+#include <thread>
+#include <unistd.h>
+
+namespace fsdp {
+namespace runtime {
+
+const char *memoryKindName(MemoryKind kind) {
+  switch (kind) {
+  case MemoryKind::Host: return "host";
+  case MemoryKind::PinnedHost: return "pinned host";
+  case MemoryKind::Device: return "device";
+  }
+  return "?";
+}
+
+namespace {
+
+std::future<Status> done(Status status) {
+  std::promise<Status> promise;
+  promise.set_value(std::move(status));
+  return promise.get_future();
+}
+
+class HostBackend : public MemoryBackend {
+public:
+  MemoryKind kind() const override { return MemoryKind::Host; }
+  bool hostAccessible() const override { return true; }
+  Result<void *> allocate(uint64_t bytes) override {
+    // Page aligned (direct I/O wants it), rounded up as aligned_alloc needs.
+    uint64_t rounded = (bytes + 4095) / 4096 * 4096;
+    if (!rounded)
+      return static_cast<void *>(nullptr);
+    void *memory = std::aligned_alloc(4096, rounded);
+    if (!memory)
+      return makeError("cannot allocate " + std::to_string(bytes) + " bytes of host memory",
+                       ErrorKind::IO, ENOMEM);
+    std::memset(memory, 0, rounded);
+    return memory;
+  }
+  void release(void *memory) override { std::free(memory); }
+  std::future<Status> copyOut(const void *source, void *destination, uint64_t bytes) override {
+    std::memcpy(destination, source, bytes);
+    return done(Status::success());
+  }
+  std::future<Status> copyIn(const void *source, void *destination, uint64_t bytes) override {
+    std::memcpy(destination, source, bytes);
+    return done(Status::success());
+  }
+  Status cast(dcp::DType from, const void *source, dcp::DType to, void *destination,
+              uint64_t elements) override {
+    return castElements(from, source, to, destination, elements);
+  }
+};
+
+/// Device memory in simulation: each allocation is a memfd mapped twice,
+/// once with no access at all (the pointer handed out: any host access
+/// faults) and once readable and writable for the device's own thread.
+class SimulatedDevice : public MemoryBackend {
+public:
+  explicit SimulatedDevice(SimulatedDeviceOptions options)
+      : options_(options), worker_([this] { run(); }) {}
+  ~SimulatedDevice() override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    worker_.join();
+    for (auto &[base, region] : regions_) {
+      ::munmap(reinterpret_cast<void *>(base), region.bytes);
+      ::munmap(region.inside, region.bytes);
+    }
+  }
+  MemoryKind kind() const override { return MemoryKind::Device; }
+  bool hostAccessible() const override { return false; }
+
+  Result<void *> allocate(uint64_t bytes) override {
+    if (!bytes)
+      return static_cast<void *>(nullptr);
+    uint64_t rounded = (bytes + 4095) / 4096 * 4096;
+    int fd = ::memfd_create("fsdp-simulated-device", MFD_CLOEXEC);
+    if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(rounded)) != 0) {
+      if (fd >= 0)
+        ::close(fd);
+      return makeError("simulated device: cannot allocate " + std::to_string(bytes) + " bytes",
+                       ErrorKind::IO, ENOMEM);
+    }
+    void *outside = ::mmap(nullptr, rounded, PROT_NONE, MAP_SHARED, fd, 0);
+    void *inside = ::mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (outside == MAP_FAILED || inside == MAP_FAILED) {
+      if (outside != MAP_FAILED)
+        ::munmap(outside, rounded);
+      if (inside != MAP_FAILED)
+        ::munmap(inside, rounded);
+      return makeError("simulated device: cannot map " + std::to_string(bytes) + " bytes",
+                       ErrorKind::IO, ENOMEM);
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    regions_[reinterpret_cast<uintptr_t>(outside)] = {static_cast<char *>(inside), rounded};
+    return outside; // memfd pages start zeroed
+  }
+
+  void release(void *memory) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto found = regions_.find(reinterpret_cast<uintptr_t>(memory));
+    if (found == regions_.end())
+      return;
+    ::munmap(memory, found->second.bytes);
+    ::munmap(found->second.inside, found->second.bytes);
+    regions_.erase(found);
+  }
+
+  std::future<Status> copyOut(const void *source, void *destination, uint64_t bytes) override {
+    return submit([this, source, destination, bytes]() -> Status {
+      Result<char *> inside = translate(source, bytes);
+      if (!inside)
+        return inside.failure();
+      std::memcpy(destination, *inside, bytes);
+      return Status::success();
+    });
+  }
+  std::future<Status> copyIn(const void *source, void *destination, uint64_t bytes) override {
+    return submit([this, source, destination, bytes]() -> Status {
+      Result<char *> inside = translate(destination, bytes);
+      if (!inside)
+        return inside.failure();
+      std::memcpy(*inside, source, bytes);
+      return Status::success();
+    });
+  }
+  Status cast(dcp::DType from, const void *source, dcp::DType to, void *destination,
+              uint64_t elements) override {
+    return submit([=]() -> Status {
+             Result<char *> in = translate(source, elements * dcp::dtypeInfo(from).elementSize);
+             Result<char *> out = translate(destination, elements * dcp::dtypeInfo(to).elementSize);
+             if (!in || !out)
+               return !in ? Status(in.failure()) : Status(out.failure());
+             return castElements(from, *in, to, *out, elements);
+           })
+        .get();
+  }
+
+private:
+  struct Region {
+    char *inside;
+    uint64_t bytes;
+  };
+
+  /// The device thread's view of [pointer, pointer + bytes), which must lie
+  /// in one allocation.
+  Result<char *> translate(const void *pointer, uint64_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto address = reinterpret_cast<uintptr_t>(pointer);
+    auto found = regions_.upper_bound(address);
+    if (found == regions_.begin())
+      return makeError("simulated device: not device memory", ErrorKind::InvalidArgument);
+    --found;
+    uint64_t offset = address - found->first;
+    if (offset > found->second.bytes || bytes > found->second.bytes - offset)
+      return makeError("simulated device: a copy past the end of an allocation",
+                       ErrorKind::InvalidArgument);
+    return found->second.inside + offset;
+  }
+
+  std::future<Status> submit(std::function<Status()> work) {
+    auto task = std::make_shared<std::packaged_task<Status()>>(std::move(work));
+    std::future<Status> result = task->get_future();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      queue_.push_back([task] { (*task)(); });
+    }
+    wake_.notify_one();
+    return result;
+  }
+
+  void run() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (true) {
+      wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty())
+        return; // stopping, nothing left
+      std::function<void()> work = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      if (options_.copyDelay.count())
+        std::this_thread::sleep_for(options_.copyDelay);
+      work();
+      lock.lock();
+    }
+  }
+
+  SimulatedDeviceOptions options_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::function<void()>> queue_;
+  bool stopping_ = false;
+  std::map<uintptr_t, Region> regions_;
+  std::thread worker_;
+};
+
+} // namespace
+
+std::shared_ptr<MemoryBackend> createHostBackend() { return std::make_shared<HostBackend>(); }
+
+std::shared_ptr<MemoryBackend> createSimulatedDeviceBackend(SimulatedDeviceOptions options) {
+  return std::make_shared<SimulatedDevice>(options);
+}
+
+} // namespace runtime
+} // namespace fsdp

@@ -1,0 +1,71 @@
+//===- MemoryBackendTest.cpp - Host memory and the simulated device -------===//
+#include "fsdp/Runtime/Buffers.h"
+#include "fsdp/Runtime/MemoryBackend.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+
+using namespace fsdp;
+using namespace fsdp::runtime;
+
+namespace {
+
+TEST(SimulatedDevice, HostAccessFaultsAndCopiesCarryTheBytes) {
+  std::shared_ptr<MemoryBackend> device = createSimulatedDeviceBackend();
+  EXPECT_FALSE(device->hostAccessible());
+  EXPECT_EQ(device->kind(), MemoryKind::Device);
+  Result<void *> memory = device->allocate(10000);
+  ASSERT_TRUE(memory) << memory.error();
+  // The host never reads device memory: here it would fault at once.
+  EXPECT_DEATH({ std::printf("%d\n", *static_cast<volatile char *>(*memory)); }, "");
+  std::string zeros(10000, 'x');
+  ASSERT_TRUE(device->copyOut(*memory, zeros.data(), zeros.size()).get());
+  EXPECT_EQ(zeros, std::string(10000, '\0')); // allocated zeroed
+  std::string pattern(4000, '\0');
+  for (size_t i = 0; i < pattern.size(); ++i)
+    pattern[i] = static_cast<char>(i * 7);
+  ASSERT_TRUE(device->copyIn(pattern.data(), static_cast<char *>(*memory) + 100, 4000).get());
+  std::string back(4000, '\0');
+  ASSERT_TRUE(device->copyOut(static_cast<char *>(*memory) + 100, back.data(), 4000).get());
+  EXPECT_EQ(back, pattern);
+  // A copy past the allocation is an error, not a write somewhere.
+  EXPECT_FALSE(device->copyOut(static_cast<char *>(*memory) + 9000, back.data(), 4000).get());
+  device->release(*memory);
+}
+
+TEST(SimulatedDevice, CopiesCompleteLaterOnTheDevicesThread) {
+  SimulatedDeviceOptions options;
+  options.copyDelay = std::chrono::milliseconds(50);
+  std::shared_ptr<MemoryBackend> device = createSimulatedDeviceBackend(options);
+  Result<void *> memory = device->allocate(64);
+  ASSERT_TRUE(memory);
+  char host[64] = {1};
+  auto start = std::chrono::steady_clock::now();
+  std::future<Status> copy = device->copyIn(host, *memory, sizeof(host));
+  // Issued, not done: the caller must wait on the completion.
+  EXPECT_EQ(copy.wait_for(std::chrono::milliseconds(0)), std::future_status::timeout);
+  EXPECT_TRUE(copy.get());
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(50));
+  device->release(*memory);
+}
+
+TEST(SimulatedDevice, CastsInDeviceMemory) {
+  std::shared_ptr<MemoryBackend> device = createSimulatedDeviceBackend();
+  Result<void *> main = device->allocate(3 * sizeof(float));
+  Result<void *> model = device->allocate(3 * 2);
+  ASSERT_TRUE(main && model);
+  float values[3] = {1.0f, -2.5f, 1.00390625f}; // the last rounds to even in bf16
+  ASSERT_TRUE(device->copyIn(values, *main, sizeof(values)).get());
+  ASSERT_TRUE(device->cast(dcp::DType::Float32, *main, dcp::DType::BFloat16, *model, 3));
+  uint16_t bf16[3];
+  ASSERT_TRUE(device->copyOut(*model, bf16, sizeof(bf16)).get());
+  EXPECT_EQ(bf16[0], 0x3F80);
+  EXPECT_EQ(bf16[1], 0xC020);
+  EXPECT_EQ(bf16[2], 0x3F80);
+  device->release(*main);
+  device->release(*model);
+}
+
+} // namespace
