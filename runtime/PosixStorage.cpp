@@ -3,6 +3,7 @@
 #include "fsdp/Runtime/Storage.h"
 
 #include <cerrno>
+#include <atomic>
 #include <chrono>
 #include <climits>
 #include <csignal>
@@ -223,7 +224,7 @@ public:
 
 /// True when this call is the one the fault names; a pause sleeps here and
 /// lets the call through.
-bool fires(const Fault &fault, Fault::Op op, int &count) {
+bool fires(const Fault &fault, Fault::Op op, std::atomic<int> &count) {
   if (fault.op != op || ++count != fault.nth)
     return false;
   if (fault.error != Fault::kPause)
@@ -234,7 +235,8 @@ bool fires(const Fault &fault, Fault::Op op, int &count) {
 
 class FaultyFile : public WritableFile {
 public:
-  FaultyFile(std::unique_ptr<WritableFile> base, Fault fault, int &writes, int &syncs)
+  FaultyFile(std::unique_ptr<WritableFile> base, Fault fault, std::atomic<int> &writes,
+             std::atomic<int> &syncs)
       : base_(std::move(base)), fault_(fault), writes_(writes), syncs_(syncs) {}
   const std::string &path() const override { return base_->path(); }
   Status writeAt(uint64_t offset, const std::vector<ByteSpan> &spans) override {
@@ -253,8 +255,8 @@ public:
 private:
   std::unique_ptr<WritableFile> base_;
   Fault fault_;
-  int &writes_;
-  int &syncs_;
+  std::atomic<int> &writes_; // shared by every file of the storage; writers
+  std::atomic<int> &syncs_;  // may be several threads
 };
 
 class FaultInjectingStorage : public Storage {
@@ -295,7 +297,7 @@ public:
 private:
   std::unique_ptr<Storage> base_;
   Fault fault_;
-  int writes_ = 0, syncs_ = 0, creates_ = 0, renames_ = 0;
+  std::atomic<int> writes_{0}, syncs_{0}, creates_{0}, renames_{0};
 };
 
 } // namespace

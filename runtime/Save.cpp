@@ -1,4 +1,5 @@
 //===- Save.cpp - Execute a save plan -------------------------------------===//
+#include "Parallel.h"
 #include "RuntimeSupport.h"
 #include "fsdp/Format/IntegrityIndex.h"
 #include "fsdp/Format/Zip.h"
@@ -6,7 +7,11 @@
 #include "fsdp/Runtime/CheckpointReader.h"
 #include "fsdp/Runtime/Protocol.h"
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <mutex>
+#include <tuple>
 #include <cstring>
 #include <ctime>
 #include <unistd.h>
@@ -36,7 +41,7 @@ struct ItemWriter {
   /// Two host blocks a buffer the host may not touch is staged through:
   /// one is copied out while the other is checksummed and written.
   std::string staging[2];
-  static constexpr uint64_t kStagingBlock = 4 << 20;
+  uint64_t stagingBlock = 4 << 20; // bytes of each staging block
 
   /// An item from a buffer: straight from its memory when the host may
   /// touch it, else through the staging blocks.
@@ -55,13 +60,13 @@ struct ItemWriter {
       return propagate(status, status.error() + " (item " + item.key + ")");
     uint32_t crc = 0;
     auto copyOut = [&](uint64_t at, std::string &block) {
-      block.resize(kStagingBlock);
+      block.resize(stagingBlock);
       return view.backend->copyOut(static_cast<const char *>(view.data) + offset + at,
-                                   block.data(), std::min(kStagingBlock, dataSize - at));
+                                   block.data(), std::min(stagingBlock, dataSize - at));
     };
     std::future<Status> pending = dataSize ? copyOut(0, staging[0]) : std::future<Status>();
-    for (uint64_t at = 0, index = 0; at < dataSize; at += kStagingBlock, index ^= 1) {
-      uint64_t size = std::min(kStagingBlock, dataSize - at);
+    for (uint64_t at = 0, index = 0; at < dataSize; at += stagingBlock, index ^= 1) {
+      uint64_t size = std::min(stagingBlock, dataSize - at);
       if (Status status = pending.get(); !status)
         return propagate(status, item.key + ": " + status.error());
       if (at + size < dataSize)
@@ -158,27 +163,38 @@ Status writeRankFile(const plan::RankPlan &plan, const RankBuffers &buffers,
   Result<std::unique_ptr<WritableFile>> file = storage.create(staging + "/" + plan.files[0].name);
   if (!file)
     return file.failure();
-  ItemLayoutCache layouts;
-  ItemWriter writer{layouts, **file, checksums};
+  // One writer per worker thread: its own layout cache, staging blocks and
+  // checksums; items land at their planned offsets in any order.
+  unsigned threads = options.threads ? options.threads : defaultThreads();
+  std::vector<ItemLayoutCache> layouts(threads);
+  std::vector<std::vector<integrity::ItemChecksum>> found(threads);
+  std::vector<std::unique_ptr<ItemWriter>> writers;
+  for (unsigned worker = 0; worker < threads; ++worker)
+    writers.push_back(std::make_unique<ItemWriter>(
+        ItemWriter{layouts[worker], **file, found[worker], 0, {}, options.stagingBlockBytes}));
   auto start = std::chrono::steady_clock::now();
-  uint64_t total = 0, reported = 0;
+  uint64_t total = 0;
   for (const plan::WriteItem &item : plan.writes)
     total += item.itemLength;
-  for (const plan::WriteItem &item : plan.writes) {
+  std::atomic<uint64_t> written{0}, reported{0};
+  std::mutex progressMutex;
+  Status wrote = forEachItem(plan.writes.size(), threads, [&](size_t index, unsigned worker) {
+    const plan::WriteItem &item = plan.writes[index];
+    ItemWriter &writer = *writers[worker];
     Status status;
     switch (item.source) {
     case plan::ItemSource::Buffer: {
       Result<BufferView> view = buffers.get(item.buffer.group, item.buffer.role);
       if (!view)
-        return propagate(view, item.key + ": " + view.error());
+        return Status(propagate(view, item.key + ": " + view.error()));
       uint64_t elementSize = dcp::dtypeInfo(view->dtype).elementSize;
       if (view->dtype != item.dtype)
-        return makeError(item.key + ": buffer holds " + dcp::dtypeInfo(view->dtype).name +
-                         " but the plan saves " + dcp::dtypeInfo(item.dtype).name);
+        return Status(makeError(item.key + ": buffer holds " + dcp::dtypeInfo(view->dtype).name +
+                                " but the plan saves " + dcp::dtypeInfo(item.dtype).name));
       if (item.buffer.localOffset < 0 || item.buffer.elements < 0 ||
           static_cast<uint64_t>(item.buffer.localOffset + item.buffer.elements) * elementSize >
               view->bytes)
-        return makeError(item.key + ": the plan reads past the end of its buffer");
+        return Status(makeError(item.key + ": the plan reads past the end of its buffer"));
       status = writer.writeTensor(item, *view, item.buffer.localOffset * elementSize);
       break;
     }
@@ -194,19 +210,29 @@ Status writeRankFile(const plan::RankPlan &plan, const RankBuffers &buffers,
     }
     if (!status)
       return status;
-    if (options.progress && (writer.bytes - reported > (256u << 20) || writer.bytes == total)) {
-      reported = writer.bytes;
+    uint64_t now = written += item.itemLength;
+    if (options.progress && (now - reported.load() > (256u << 20) || now == total)) {
+      std::lock_guard<std::mutex> lock(progressMutex);
+      reported = now;
       options.progress(
-          {writer.bytes, total,
+          {now, total,
            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()});
     }
-  }
+    return Status::success();
+  });
+  if (!wrote)
+    return wrote;
+  for (std::vector<integrity::ItemChecksum> &part : found)
+    checksums.insert(checksums.end(), part.begin(), part.end());
+  // The index lists items in file order, whatever order they were written in.
+  std::sort(checksums.begin(), checksums.end(),
+            [](const auto &a, const auto &b) { return std::tie(a.file, a.offset) < std::tie(b.file, b.offset); });
   if (Status status = (*file)->sync(); !status)
     return status;
   if (Status status = (*file)->close(); !status)
     return status;
-  stats.bytes = writer.bytes;
-  stats.bytesWrittenStorage += writer.bytes;
+  stats.bytes = written;
+  stats.bytesWrittenStorage += written;
   stats.items = plan.writes.size();
   return Status::success();
 }

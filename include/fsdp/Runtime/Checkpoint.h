@@ -64,6 +64,11 @@ std::string statsJson(const std::string &op, const std::vector<TransferStats> &r
 
 struct SaveOptions {
   bool overwrite = false;
+  /// Worker threads writing items (0: the machine's cores, at most 8).
+  unsigned threads = 0;
+  /// Bytes of each of the two host blocks a worker stages device memory
+  /// through (bounded staging: 2 x threads blocks in all).
+  uint64_t stagingBlockBytes = 4 << 20;
   /// The optimizer step count stored in every `optimizer.state.<fqn>.step`.
   float step = 1.0f;
   /// Bytes items to write instead of the plan's payloads (reshard carries

@@ -1,0 +1,73 @@
+//===- Parallel.h - Items on worker threads ---------------------*- C++ -*-===//
+//
+// The executor's stages run item by item on a few worker threads: items are
+// independent (each has its own planned bytes in its file, or its own piece
+// of a buffer), so workers take the next item until none is left or one
+// fails. The error reported is the failing item with the lowest index, so a
+// run's message does not depend on thread timing.
+//
+//===----------------------------------------------------------------------===//
+#ifndef FSDP_RUNTIME_PARALLEL_H
+#define FSDP_RUNTIME_PARALLEL_H
+
+#include "fsdp/Support/Result.h"
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <new>
+#include <thread>
+#include <vector>
+
+namespace fsdp {
+namespace runtime {
+
+/// The worker threads a rank uses when not told: the machine's cores, at
+/// most 8 (a node's ranks share its cores).
+inline unsigned defaultThreads() {
+  return std::max(1u, std::min(8u, std::thread::hardware_concurrency()));
+}
+
+/// Runs `body(index, worker)` for every index in [0, count) on `threads`
+/// workers (worker 0 is the calling thread).
+template <typename Body> Status forEachItem(size_t count, unsigned threads, Body body) {
+  threads = std::max(1u, std::min<unsigned>(threads, static_cast<unsigned>(count ? count : 1)));
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  std::mutex mutex;
+  size_t failedIndex = count;
+  Status firstError;
+  auto work = [&](unsigned worker) {
+    while (!failed.load(std::memory_order_relaxed)) {
+      size_t index = next.fetch_add(1);
+      if (index >= count)
+        return;
+      Status status;
+      try {
+        status = body(index, worker);
+      } catch (const std::bad_alloc &) {
+        status = makeError("out of memory", ErrorKind::IO, ENOMEM);
+      }
+      if (!status) {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (index < failedIndex) {
+          failedIndex = index;
+          firstError = status;
+        }
+        failed = true;
+      }
+    }
+  };
+  std::vector<std::thread> workers;
+  for (unsigned worker = 1; worker < threads; ++worker)
+    workers.emplace_back(work, worker);
+  work(0);
+  for (std::thread &worker : workers)
+    worker.join();
+  return firstError;
+}
+
+} // namespace runtime
+} // namespace fsdp
+
+#endif // FSDP_RUNTIME_PARALLEL_H
