@@ -174,6 +174,7 @@ const dcp::StorageInfo *CheckpointReader::storageOf(const std::string &key,
 }
 
 Result<const zip::ByteSource *> CheckpointReader::file(const std::string &name) {
+  std::lock_guard<std::mutex> lock(filesMutex_);
   auto &slot = files_[name];
   if (!slot) {
     Result<std::unique_ptr<zip::ByteSource>> opened = storage_.openRead(dir_ + "/" + name);
@@ -211,6 +212,7 @@ Status CheckpointReader::checkItemAgainstKey(const TensorItem &item, const std::
 
 Result<TensorItem *> CheckpointReader::tensorItem(const std::string &key,
                                                   const dcp::ChunkMetadata &chunk) {
+  std::lock_guard<std::mutex> lock(itemsMutex_);
   const dcp::StorageInfo *where = storageOf(key, chunk.offsets);
   if (!where)
     return corrupt(printable(key) + ": the chunk at " + dimsText(chunk.offsets) +

@@ -1,4 +1,5 @@
 //===- Load.cpp - Load any DCP checkpoint into a plan's layout ------------===//
+#include "Parallel.h"
 #include "RuntimeSupport.h"
 #include "fsdp/Layout/Overlap.h"
 #include "fsdp/Runtime/Checkpoint.h"
@@ -8,6 +9,8 @@
 #include "fsdp/Support/Printable.h"
 
 #include <algorithm>
+#include <atomic>
+#include <mutex>
 #include <chrono>
 #include <cstring>
 #include <new>
@@ -46,7 +49,8 @@ class Loader {
 public:
   explicit Loader(CheckpointReader &reader) : reader_(reader) {}
 
-  Status loadPiece(const plan::ReadItem &read, RankBuffers &buffers) {
+  /// One piece; `staging` is the calling worker's host staging.
+  Status loadPiece(const plan::ReadItem &read, RankBuffers &buffers, std::string &staging) {
     const std::string &dir = reader_.dir();
     const dcp::StorageMetadata *saved = reader_.find(read.key);
     if (!saved)
@@ -78,8 +82,8 @@ public:
     bool direct = view->backend->hostAccessible();
     char *base = static_cast<char *>(view->data) + pieceOffset;
     if (!direct) {
-      staging_.resize(pieceBytes);
-      base = staging_.data();
+      staging.resize(pieceBytes);
+      base = staging.data();
     }
 
     layout::Box target{read.chunkOffsets, read.chunkSizes};
@@ -234,8 +238,8 @@ private:
   }
 
   CheckpointReader &reader_;
-  uint64_t bytesRead_ = 0;
-  std::string staging_; // one piece, for buffers the host may not touch
+  std::atomic<uint64_t> bytesRead_{0}; // pieces loaded, by every worker
+
 };
 
 } // namespace
@@ -254,34 +258,48 @@ Result<LoadResult> loadCheckpoint(const plan::RankPlan &plan, RankBuffers &buffe
     options.notice(printable(trimSlashes(dir)) +
                    " has no integrity index (not written by fsdp-mlir): checking the zip CRC "
                    "of every item read");
-  uint64_t total = 0, reported = 0;
+  uint64_t total = 0;
   for (const plan::ReadItem &read : plan.reads)
     total += read.source == plan::ItemSource::Buffer ? read.dataLength : 0;
   std::optional<Loader> loader;
   if (status)
     loader.emplace(**reader);
   try {
-    for (const plan::ReadItem &read : plan.reads) {
-      if (!status)
-        break;
-      if (read.source == plan::ItemSource::Buffer) {
-        status = loader->loadPiece(read, buffers);
-        ++result.stats.items;
-      } else if (read.source == plan::ItemSource::Step) {
-        Result<float> step = loader->loadStep(read);
-        if (!step)
-          status = step.failure();
-        else if (!result.step)
-          result.step = *step;
-        ++result.stats.items;
-      }
-      if (status && options.progress && (loader->bytesRead() - reported > (256u << 20))) {
-        reported = loader->bytesRead();
-        options.progress(
-            {loader->bytesRead(), total,
-             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()});
-      }
-    }
+    // Pieces are independent (each fills its own part of a buffer): worker
+    // threads take them one by one; the first step found in plan order wins.
+    unsigned threads = options.threads ? options.threads : defaultThreads();
+    std::vector<std::string> staging(threads); // for buffers the host may not touch
+    std::vector<std::optional<float>> steps(plan.reads.size());
+    std::atomic<uint64_t> reported{0};
+    std::mutex progressMutex;
+    if (status)
+      status = forEachItem(plan.reads.size(), threads, [&](size_t index, unsigned worker) {
+        const plan::ReadItem &read = plan.reads[index];
+        if (read.source == plan::ItemSource::Buffer) {
+          if (Status piece = loader->loadPiece(read, buffers, staging[worker]); !piece)
+            return piece;
+        } else if (read.source == plan::ItemSource::Step) {
+          Result<float> step = loader->loadStep(read);
+          if (!step)
+            return Status(step.failure());
+          steps[index] = *step;
+        }
+        uint64_t now = loader->bytesRead();
+        if (options.progress && now - reported.load() > (256u << 20)) {
+          std::lock_guard<std::mutex> lock(progressMutex);
+          reported = now;
+          options.progress(
+              {now, total,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()});
+        }
+        return Status::success();
+      });
+    for (const plan::ReadItem &read : plan.reads)
+      result.stats.items += read.source == plan::ItemSource::Buffer ||
+                            read.source == plan::ItemSource::Step;
+    for (const std::optional<float> &step : steps)
+      if (step && !result.step)
+        result.step = step;
     if (status) {
       Result<std::map<std::string, std::string>> bytes = loader->bytesItems();
       if (!bytes)

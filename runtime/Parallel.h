@@ -22,12 +22,6 @@
 namespace fsdp {
 namespace runtime {
 
-/// The worker threads a rank uses when not told: the machine's cores, at
-/// most 8 (a node's ranks share its cores).
-inline unsigned defaultThreads() {
-  return std::max(1u, std::min(8u, std::thread::hardware_concurrency()));
-}
-
 /// Runs `body(index, worker)` for every index in [0, count) on `threads`
 /// workers (worker 0 is the calling thread).
 template <typename Body> Status forEachItem(size_t count, unsigned threads, Body body) {

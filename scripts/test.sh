@@ -13,6 +13,13 @@ RESULTS="$BUILD/test-results.xml"
 rm -f "$RESULTS"
 status=0
 /usr/lib/llvm-22/bin/lit -sv --xunit-xml-output "$RESULTS" "$@" "$BUILD/test" || status=$?
+# The runtime's tests again with one worker thread per rank (the first pass
+# ran the default, several): every save, load, fault and kill test passes
+# through the executor both ways.
+ONE_THREAD="$BUILD/test-results-1-thread.xml"
+rm -f "$ONE_THREAD"
+FSDP_THREADS=1 /usr/lib/llvm-22/bin/lit -s --xunit-xml-output "$ONE_THREAD" "$@" \
+  "$BUILD/test/Tools/fsdp-ckpt" "$BUILD/test/Runtime" || status=1
 # The fuzzers, briefly (FSDP_FUZZ_SECONDS each; longer by hand with
 # scripts/fuzz.sh): each counts as one test.
 FUZZ_RESULTS="${FSDP_FUZZ_BUILD_DIR:-$ROOT/build-fuzz}/fuzz/results.txt"
@@ -38,6 +45,6 @@ if [[ "${FSDP_TSAN:-1}" != 0 ]]; then
   "$ROOT/scripts/tsan.sh" || status=1
   TSAN_ARGS=("$TSAN_RESULTS"/*.xml)
 fi
-python3 "$ROOT/scripts/summarize_tests.py" "$RESULTS" "${FUZZ_ARGS[@]}" "${ASAN_ARGS[@]}" \
+python3 "$ROOT/scripts/summarize_tests.py" "$RESULTS" "$ONE_THREAD" "${FUZZ_ARGS[@]}" "${ASAN_ARGS[@]}" \
   "${TSAN_ARGS[@]}" || status=1
 exit "$status"

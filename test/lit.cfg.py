@@ -23,7 +23,7 @@ config.environment["OMPI_MCA_btl"] = "self,vader,tcp"
 config.environment["OMPI_MCA_btl_vader_single_copy_mechanism"] = "none"
 
 llvm_config.use_default_substitutions()
-llvm_config.with_system_environment(["HOME", "TMPDIR"])
+llvm_config.with_system_environment(["HOME", "TMPDIR", "FSDP_THREADS"])
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 # Captured names must not leak across CHECK-LABEL blocks.
 config.environment["FILECHECK_OPTS"] = "-enable-var-scope"

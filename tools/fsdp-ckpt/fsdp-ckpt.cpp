@@ -126,6 +126,17 @@ int failHere(int64_t rank, int64_t size, const char *command, const Error &error
   return report(command, size > 1 ? "rank " + std::to_string(rank) + ": " : "", error);
 }
 
+/// --threads and --staging-mb (two staging blocks per thread).
+SaveOptions saveOptions(unsigned threads, uint64_t stagingMb) {
+  SaveOptions options;
+  options.threads = threads;
+  if (stagingMb) {
+    unsigned workers = threads ? threads : defaultThreads();
+    options.stagingBlockBytes = std::max<uint64_t>(4096, (stagingMb << 20) / (2 * workers));
+  }
+  return options;
+}
+
 constexpr const char *kExitCodes =
     "Exit status: 0 success; 1 failed (a --check mismatch, or any other failure);\n"
     "2 invalid argument; 3 not found; 4 corrupt (checksum, truncated, malformed);\n"
@@ -179,6 +190,17 @@ int run(int argc, char **argv) {
   reshard->add_option("--stats-json", statsPath, statsHelp);
   reshard->add_flag("--allow-extra", allowExtra,
                     "Accept source tensors the plan does not name (they are dropped)");
+
+  unsigned threads = 0;
+  uint64_t stagingMb = 0;
+  const char *threadsHelp = "Worker threads per rank (default: the cores, at most 8)";
+  const char *stagingHelp = "Host staging memory per rank in MiB for device buffers (default 8 "
+                            "per thread)";
+  for (CLI::App *command : {save, load, reshard}) {
+    command->add_option("--threads", threads, threadsHelp)->check(CLI::Range(1u, 1024u));
+    command->add_option("--staging-mb", stagingMb, stagingHelp)
+        ->check(CLI::Range(uint64_t(1), uint64_t(1) << 20));
+  }
 
   std::string verifyDir;
   CLI::App *verify = app.add_subcommand("verify", "Check every byte of a checkpoint");
@@ -246,7 +268,7 @@ int run(int argc, char **argv) {
   if (save->parsed()) {
     if (Status status = checkpointer.fill(static_cast<uint32_t>(seed)); !status)
       return failHere(rank, size, command, status.failure());
-    SaveOptions options;
+    SaveOptions options = saveOptions(threads, stagingMb);
     options.overwrite = overwrite;
     options.step = step;
     options.progress = progressPrinter("save", speaks);
@@ -261,6 +283,7 @@ int run(int argc, char **argv) {
   }
 
   LoadOptions loadOptions;
+  loadOptions.threads = threads;
   loadOptions.syncModelWeights = !noSync && !reshard->parsed();
   loadOptions.progress = progressPrinter(load->parsed() ? "load" : "reshard", speaks);
   if (speaks)
@@ -284,7 +307,7 @@ int run(int argc, char **argv) {
   }
 
   // reshard: the source's hyper-parameters and step come along.
-  SaveOptions options;
+  SaveOptions options = saveOptions(threads, stagingMb);
   options.overwrite = overwrite;
   options.step = loaded->step.value_or(1.0f);
   options.bytesItems = loaded->bytesItems;

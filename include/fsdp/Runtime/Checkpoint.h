@@ -30,7 +30,10 @@
 #include "fsdp/Runtime/Communicator.h"
 #include "fsdp/Runtime/Storage.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <functional>
+#include <thread>
 #include <map>
 #include <string>
 
@@ -62,6 +65,18 @@ struct TransferStats {
 /// for every rank's statistics, in rank order: what --stats-json writes.
 std::string statsJson(const std::string &op, const std::vector<TransferStats> &ranks);
 
+/// The worker threads a rank uses when not told: FSDP_THREADS if set (1 to
+/// 1024), else the machine's cores, at most 8 (a node's ranks share them).
+inline unsigned defaultThreads() {
+  if (const char *text = std::getenv("FSDP_THREADS")) {
+    char *end = nullptr;
+    unsigned long threads = std::strtoul(text, &end, 10);
+    if (*text && !*end && threads >= 1 && threads <= 1024)
+      return static_cast<unsigned>(threads);
+  }
+  return std::max(1u, std::min(8u, std::thread::hardware_concurrency()));
+}
+
 struct SaveOptions {
   bool overwrite = false;
   /// Worker threads writing items (0: the machine's cores, at most 8).
@@ -81,6 +96,8 @@ struct SaveOptions {
 struct LoadOptions {
   /// Refresh model_weight from main_weight by a cast after the load.
   bool syncModelWeights = true;
+  /// Worker threads loading pieces (0: the machine's cores, at most 8).
+  unsigned threads = 0;
   bool verifyChecksums = true;
   std::function<void(const Progress &)> progress;
   /// Told once what a user should know (a checkpoint without an index).

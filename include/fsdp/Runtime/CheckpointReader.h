@@ -17,6 +17,7 @@
 //    the zip CRC of its data record in PyTorch's; each use of an opened
 //    tensor item re-checks its dtype, shape and byte count against the key
 //    that uses it.
+// Opened, it may be used from several threads at once (a load's workers).
 // Errors carry their kind (not found, corrupt, incompatible, I/O) and name
 // the file and key; bytes from files are escaped where they are printed.
 //
@@ -29,8 +30,10 @@
 #include "fsdp/Format/Zip.h"
 #include "fsdp/Runtime/Storage.h"
 
+#include <atomic>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 
@@ -52,7 +55,7 @@ struct TensorItem {
   bool contiguous = true; // C order
   /// The index's checksum of the whole item, or null (then the zip CRC).
   const integrity::ItemChecksum *checksum = nullptr;
-  bool verified = false;
+  std::atomic<bool> verified{false}; // set by whichever thread checked it
 };
 
 struct ReaderOptions {
@@ -135,7 +138,11 @@ private:
   std::map<std::pair<std::string, uint64_t>, const integrity::ItemChecksum *> checksums_;
   std::map<std::string, std::unique_ptr<zip::ByteSource>> files_;
   std::map<std::pair<std::string, uint64_t>, std::unique_ptr<TensorItem>> items_;
-  uint64_t bytesRead_ = 0;
+  std::atomic<uint64_t> bytesRead_{0};
+  // Loads read items from several threads: the caches are guarded (files_
+  // by filesMutex_, items_ by itemsMutex_, taken in that nesting order:
+  // items, then files).
+  std::mutex filesMutex_, itemsMutex_;
 };
 
 /// True for a plain file name: not empty, no '/', no NUL, not `.` or `..`.
