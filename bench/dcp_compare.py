@@ -13,7 +13,7 @@ a Python that has torch):
      (docs/TestValues.md).
 Prints one JSON line per figure (rank 0).
 
-usage: python dcp_compare.py OUR_CHECKPOINT SEED WORKDIR
+usage: python dcp_compare.py OUR_CHECKPOINT SEED WORKDIR [WRITER_THREADS]
 """
 import json
 import os
@@ -53,7 +53,7 @@ def state_dict(metadata, mesh, rank, world):
     return out
 
 
-def worker(rank, world, ours, seed, work, results):
+def worker(rank, world, ours, seed, work, results, threads):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29517")
     dist.init_process_group("gloo", rank=rank, world_size=world)
     mesh = init_device_mesh("cpu", (world,))
@@ -68,7 +68,8 @@ def worker(rank, world, ours, seed, work, results):
         shutil.rmtree(target, ignore_errors=True)
     dist.barrier()
     t = time.perf_counter()
-    dcp.save(state, checkpoint_id=target)
+    # Its best setting for the same resources: as many writer threads as ours.
+    dcp.save(state, storage_writer=dcp.FileSystemWriter(target, thread_count=threads))
     dist.barrier()
     save_s = time.perf_counter() - t
     t = time.perf_counter()
@@ -109,9 +110,10 @@ def worker(rank, world, ours, seed, work, results):
 
 def main():
     ours, seed, work = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    threads = int(sys.argv[4]) if len(sys.argv) > 4 else 1
     manager = mp.Manager()
     results = manager.dict()
-    mp.spawn(worker, args=(2, ours, seed, work, results), nprocs=2, join=True)
+    mp.spawn(worker, args=(2, ours, seed, work, results, threads), nprocs=2, join=True)
     gb = results["bytes"] / 1e9
     for name, seconds in (("dcp_save", results["save_s"]), ("dcp_load", results["load_s"]),
                           ("torch_loads_ours", results["ours_load_s"])):
