@@ -36,7 +36,8 @@ Result<RankBuffers> RankBuffers::allocate(const plan::RankPlan &plan,
     if (buffer.aliasesMainWeight)
       continue;
     uint64_t elementSize = dcp::dtypeInfo(buffer.dtype).elementSize;
-    if (buffer.elements < 0 || static_cast<uint64_t>(buffer.elements) > (uint64_t(1) << 50) / elementSize)
+    if (buffer.elements < 0 ||
+        static_cast<uint64_t>(buffer.elements) > (uint64_t(1) << 50) / elementSize)
       return makeError(bufferName(buffer.group, buffer.role) + " of " +
                        std::to_string(buffer.elements) + " elements is out of range");
     uint64_t bytes = static_cast<uint64_t>(buffer.elements) * elementSize;
@@ -61,10 +62,10 @@ Result<RankBuffers> RankBuffers::allocate(const plan::RankPlan &plan,
   return buffers;
 }
 
-Result<RankBuffers> RankBuffers::wrap(
-    const plan::RankPlan &plan,
-    const std::map<std::pair<int32_t, plan::BufferRole>, void *> &memory,
-    std::shared_ptr<MemoryBackend> backend) {
+Result<RankBuffers>
+RankBuffers::wrap(const plan::RankPlan &plan,
+                  const std::map<std::pair<int32_t, plan::BufferRole>, void *> &memory,
+                  std::shared_ptr<MemoryBackend> backend) {
   RankBuffers buffers;
   buffers.backend_ = backend ? std::move(backend) : createHostBackend();
   buffers.layout_ = plan.buffers;
@@ -74,7 +75,8 @@ Result<RankBuffers> RankBuffers::wrap(
       found = memory.find({buffer.group, plan::BufferRole::MainWeight});
     if (found == memory.end() || (!found->second && buffer.elements))
       return makeError("no memory given for " + bufferName(buffer.group, buffer.role));
-    uint64_t bytes = static_cast<uint64_t>(buffer.elements) * dcp::dtypeInfo(buffer.dtype).elementSize;
+    uint64_t bytes =
+        static_cast<uint64_t>(buffer.elements) * dcp::dtypeInfo(buffer.dtype).elementSize;
     buffers.views_[{buffer.group, buffer.role}] = {found->second, bytes, buffer.dtype,
                                                    buffer.elements, buffers.backend_.get()};
   }
@@ -111,8 +113,8 @@ Status refreshModelWeights(const plan::RankPlan &plan, RankBuffers &buffers) {
             main->dtype, main->data, model->dtype, model->data,
             static_cast<uint64_t>(std::min(main->elements, model->elements)));
         !status)
-      return propagate(status, "refreshing model_weight of group " +
-                                   std::to_string(buffer.group) + ": " + status.error());
+      return propagate(status, "refreshing model_weight of group " + std::to_string(buffer.group) +
+                                   ": " + status.error());
   }
   return Status::success();
 }

@@ -78,6 +78,15 @@ Result<RankBuffers *> Checkpointer::buffers() {
 }
 
 Result<TransferStats> Checkpointer::save(const std::string &dir, SaveOptions options) {
+  // One staging pool for all this checkpointer's saves of device buffers.
+  if (!options.staging && backend_ && !backend_->hostAccessible()) {
+    if (!staging_) {
+      unsigned threads = options.threads ? options.threads : defaultThreads();
+      uint64_t bytes = options.stagingBytes ? options.stagingBytes : uint64_t(threads) << 23;
+      staging_ = std::make_unique<StagingPool>(bytes / (2 * threads), 2 * threads);
+    }
+    options.staging = staging_.get();
+  }
   Result<RankBuffers *> held = buffers();
   // Every rank takes part in the save's collectives, even one without
   // buffers: its error then fails the save everywhere.

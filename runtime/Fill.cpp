@@ -48,7 +48,8 @@ Status forEachPiece(const plan::RankPlan &plan, const RankBuffers &buffers, bool
 
 Status fillFromSeed(const plan::RankPlan &plan, RankBuffers &buffers, uint32_t seed) {
   Status status = forEachPiece(
-      plan, buffers, /*writes=*/true, [&](const plan::ReadItem &read, char *data, uint64_t first) -> Status {
+      plan, buffers, /*writes=*/true,
+      [&](const plan::ReadItem &read, char *data, uint64_t first) -> Status {
         if (Status s = fillTestValues(read.dtype, fnv1a32(read.key), first,
                                       static_cast<uint64_t>(read.buffer.elements), seed, data);
             !s)
@@ -63,7 +64,8 @@ Status fillFromSeed(const plan::RankPlan &plan, RankBuffers &buffers, uint32_t s
 
 Status checkAgainstSeed(const plan::RankPlan &plan, const RankBuffers &buffers, uint32_t seed) {
   return forEachPiece(
-      plan, buffers, /*writes=*/false, [&](const plan::ReadItem &read, char *data, uint64_t first) -> Status {
+      plan, buffers, /*writes=*/false,
+      [&](const plan::ReadItem &read, char *data, uint64_t first) -> Status {
         if (Status s = checkTestValues(read.dtype, fnv1a32(read.key), first,
                                        static_cast<uint64_t>(read.buffer.elements), seed, data);
             !s) {

@@ -10,9 +10,9 @@
 
 #include <algorithm>
 #include <atomic>
-#include <mutex>
 #include <chrono>
 #include <cstring>
+#include <mutex>
 #include <new>
 #include <optional>
 #include <unordered_map>
@@ -239,7 +239,6 @@ private:
 
   CheckpointReader &reader_;
   std::atomic<uint64_t> bytesRead_{0}; // pieces loaded, by every worker
-
 };
 
 } // namespace
@@ -295,8 +294,8 @@ Result<LoadResult> loadCheckpoint(const plan::RankPlan &plan, RankBuffers &buffe
         return Status::success();
       });
     for (const plan::ReadItem &read : plan.reads)
-      result.stats.items += read.source == plan::ItemSource::Buffer ||
-                            read.source == plan::ItemSource::Step;
+      result.stats.items +=
+          read.source == plan::ItemSource::Buffer || read.source == plan::ItemSource::Step;
     for (const std::optional<float> &step : steps)
       if (step && !result.step)
         result.step = step;

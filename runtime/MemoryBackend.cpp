@@ -2,6 +2,7 @@
 #include "fsdp/Runtime/MemoryBackend.h"
 #include "fsdp/Runtime/Values.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -18,9 +19,12 @@ namespace runtime {
 
 const char *memoryKindName(MemoryKind kind) {
   switch (kind) {
-  case MemoryKind::Host: return "host";
-  case MemoryKind::PinnedHost: return "pinned host";
-  case MemoryKind::Device: return "device";
+  case MemoryKind::Host:
+    return "host";
+  case MemoryKind::PinnedHost:
+    return "pinned host";
+  case MemoryKind::Device:
+    return "device";
   }
   return "?";
 }
@@ -50,6 +54,10 @@ public:
     return memory;
   }
   void release(void *memory) override { std::free(memory); }
+  Status zero(void *memory, uint64_t bytes) override {
+    std::memset(memory, 0, bytes);
+    return Status::success();
+  }
   std::future<Status> copyOut(const void *source, void *destination, uint64_t bytes) override {
     std::memcpy(destination, source, bytes);
     return done(Status::success());
@@ -141,6 +149,16 @@ public:
       return Status::success();
     });
   }
+  Status zero(void *memory, uint64_t bytes) override {
+    return submit([=]() -> Status {
+             Result<char *> inside = translate(memory, bytes);
+             if (!inside)
+               return inside.failure();
+             std::memset(*inside, 0, bytes);
+             return Status::success();
+           })
+        .get();
+  }
   Status cast(dcp::DType from, const void *source, dcp::DType to, void *destination,
               uint64_t elements) override {
     return submit([=]() -> Status {
@@ -214,6 +232,39 @@ private:
 } // namespace
 
 std::shared_ptr<MemoryBackend> createHostBackend() { return std::make_shared<HostBackend>(); }
+
+StagingPool::StagingPool(uint64_t blockBytes, size_t blocks)
+    : blockBytes_((std::max<uint64_t>(blockBytes, 4096) + 4095) / 4096 * 4096) {
+  for (size_t i = 0; i < std::max<size_t>(blocks, 2); ++i) {
+    auto *block = static_cast<char *>(std::aligned_alloc(4096, blockBytes_));
+    if (!block)
+      throw std::bad_alloc();
+    blocks_.push_back(block);
+  }
+  free_ = blocks_;
+}
+
+StagingPool::~StagingPool() {
+  for (char *block : blocks_)
+    std::free(block);
+}
+
+std::vector<char *> StagingPool::acquire(size_t count) {
+  count = std::min(count, blocks_.size());
+  std::unique_lock<std::mutex> lock(mutex_);
+  freed_.wait(lock, [&] { return free_.size() >= count; });
+  std::vector<char *> taken(free_.end() - static_cast<std::ptrdiff_t>(count), free_.end());
+  free_.resize(free_.size() - count);
+  return taken;
+}
+
+void StagingPool::release(const std::vector<char *> &blocks) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    free_.insert(free_.end(), blocks.begin(), blocks.end());
+  }
+  freed_.notify_all();
+}
 
 std::shared_ptr<MemoryBackend> createSimulatedDeviceBackend(SimulatedDeviceOptions options) {
   return std::make_shared<SimulatedDevice>(options);

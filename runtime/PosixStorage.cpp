@@ -2,8 +2,8 @@
 #include "fsdp/Runtime/FileSource.h"
 #include "fsdp/Runtime/Storage.h"
 
-#include <cerrno>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <climits>
 #include <csignal>

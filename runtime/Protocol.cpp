@@ -81,10 +81,9 @@ Result<std::vector<TransferStats>> gatherStats(Communicator &comm, const Transfe
   for (const std::string &entry : *all) {
     TransferStats rank;
     if (std::sscanf(entry.c_str(),
-                    "%" SCNu64 " %" SCNu64 " %lf %lf %" SCNu64 " %" SCNu64 " %" SCNu64,
-                    &rank.bytes, &rank.items, &rank.seconds, &rank.stallSeconds,
-                    &rank.bytesReadStorage, &rank.bytesWrittenStorage,
-                    &rank.bytesFromPeers) != 7)
+                    "%" SCNu64 " %" SCNu64 " %lf %lf %" SCNu64 " %" SCNu64 " %" SCNu64, &rank.bytes,
+                    &rank.items, &rank.seconds, &rank.stallSeconds, &rank.bytesReadStorage,
+                    &rank.bytesWrittenStorage, &rank.bytesFromPeers) != 7)
       return makeError("a rank sent unreadable statistics");
     out.push_back(rank);
   }

@@ -10,10 +10,10 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <mutex>
-#include <tuple>
 #include <cstring>
 #include <ctime>
+#include <mutex>
+#include <tuple>
 #include <unistd.h>
 
 namespace fsdp {
@@ -38,10 +38,9 @@ struct ItemWriter {
   WritableFile &file;
   std::vector<integrity::ItemChecksum> &checksums;
   uint64_t bytes = 0;
-  /// Two host blocks a buffer the host may not touch is staged through:
-  /// one is copied out while the other is checksummed and written.
-  std::string staging[2];
-  uint64_t stagingBlock = 4 << 20; // bytes of each staging block
+  /// Where buffers the host may not touch are staged: two blocks per item,
+  /// one copied out while the other is checksummed and written.
+  StagingPool *staging = nullptr;
 
   /// An item from a buffer: straight from its memory when the host may
   /// touch it, else through the staging blocks.
@@ -52,26 +51,32 @@ struct ItemWriter {
     if (!layout)
       return layout.failure();
     uint64_t dataSize = (*layout)->dataSize;
+    std::vector<char *> blocks = staging->acquire(2);
+    struct Release {
+      StagingPool &pool;
+      std::vector<char *> &blocks;
+      ~Release() { pool.release(blocks); }
+    } release{*staging, blocks};
+    uint64_t stagingBlock = staging->blockBytes();
     integrity::StreamingXxh3 hash;
     hash.update((*layout)->header.data(), (*layout)->header.size());
-    if (Status status = file.writeAt(item.itemOffset,
-                                     {{(*layout)->header.data(), (*layout)->header.size()}});
+    if (Status status =
+            file.writeAt(item.itemOffset, {{(*layout)->header.data(), (*layout)->header.size()}});
         !status)
       return propagate(status, status.error() + " (item " + item.key + ")");
     uint32_t crc = 0;
-    auto copyOut = [&](uint64_t at, std::string &block) {
-      block.resize(stagingBlock);
-      return view.backend->copyOut(static_cast<const char *>(view.data) + offset + at,
-                                   block.data(), std::min(stagingBlock, dataSize - at));
+    auto copyOut = [&](uint64_t at, char *block) {
+      return view.backend->copyOut(static_cast<const char *>(view.data) + offset + at, block,
+                                   std::min(stagingBlock, dataSize - at));
     };
-    std::future<Status> pending = dataSize ? copyOut(0, staging[0]) : std::future<Status>();
+    std::future<Status> pending = dataSize ? copyOut(0, blocks[0]) : std::future<Status>();
     for (uint64_t at = 0, index = 0; at < dataSize; at += stagingBlock, index ^= 1) {
       uint64_t size = std::min(stagingBlock, dataSize - at);
       if (Status status = pending.get(); !status)
         return propagate(status, item.key + ": " + status.error());
       if (at + size < dataSize)
-        pending = copyOut(at + size, staging[index ^ 1]);
-      const char *block = staging[index].data();
+        pending = copyOut(at + size, blocks[index ^ 1]);
+      const char *block = blocks[index];
       crc = zip::crc32(block, size, crc);
       hash.update(block, size);
       if (Status status = file.writeAt(item.dataOffset + at, {{block, size}}); !status) {
@@ -168,10 +173,18 @@ Status writeRankFile(const plan::RankPlan &plan, const RankBuffers &buffers,
   unsigned threads = options.threads ? options.threads : defaultThreads();
   std::vector<ItemLayoutCache> layouts(threads);
   std::vector<std::vector<integrity::ItemChecksum>> found(threads);
+  // Staging only when the buffers live where the host may not go.
+  StagingPool *pool = options.staging;
+  std::unique_ptr<StagingPool> ownPool;
+  if (!pool && !buffers.backend().hostAccessible()) {
+    uint64_t bytes = options.stagingBytes ? options.stagingBytes : uint64_t(threads) << 23;
+    ownPool = std::make_unique<StagingPool>(bytes / (2 * threads), 2 * threads);
+    pool = ownPool.get();
+  }
   std::vector<std::unique_ptr<ItemWriter>> writers;
   for (unsigned worker = 0; worker < threads; ++worker)
-    writers.push_back(std::make_unique<ItemWriter>(
-        ItemWriter{layouts[worker], **file, found[worker], 0, {}, options.stagingBlockBytes}));
+    writers.push_back(
+        std::make_unique<ItemWriter>(ItemWriter{layouts[worker], **file, found[worker], 0, pool}));
   auto start = std::chrono::steady_clock::now();
   uint64_t total = 0;
   for (const plan::WriteItem &item : plan.writes)
@@ -225,8 +238,9 @@ Status writeRankFile(const plan::RankPlan &plan, const RankBuffers &buffers,
   for (std::vector<integrity::ItemChecksum> &part : found)
     checksums.insert(checksums.end(), part.begin(), part.end());
   // The index lists items in file order, whatever order they were written in.
-  std::sort(checksums.begin(), checksums.end(),
-            [](const auto &a, const auto &b) { return std::tie(a.file, a.offset) < std::tie(b.file, b.offset); });
+  std::sort(checksums.begin(), checksums.end(), [](const auto &a, const auto &b) {
+    return std::tie(a.file, a.offset) < std::tie(b.file, b.offset);
+  });
   if (Status status = (*file)->sync(); !status)
     return status;
   if (Status status = (*file)->close(); !status)

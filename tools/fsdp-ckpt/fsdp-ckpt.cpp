@@ -130,10 +130,7 @@ int failHere(int64_t rank, int64_t size, const char *command, const Error &error
 SaveOptions saveOptions(unsigned threads, uint64_t stagingMb) {
   SaveOptions options;
   options.threads = threads;
-  if (stagingMb) {
-    unsigned workers = threads ? threads : defaultThreads();
-    options.stagingBlockBytes = std::max<uint64_t>(4096, (stagingMb << 20) / (2 * workers));
-  }
+  options.stagingBytes = stagingMb << 20;
   return options;
 }
 
@@ -299,8 +296,8 @@ int run(int argc, char **argv) {
       if (Status checked = checkpointer.check(static_cast<uint32_t>(seed)); !checked)
         return fail(&checkpointer, command, propagate(checked, "check failed: " + checked.error()));
     // A load's statistics are rank 0's to report.
-    if (Status status = reportStats(checkpointer, loaded->stats, 0, "load", "loaded " + dir,
-                                    "into", statsPath, seed >= 0 ? ", every element checked" : "");
+    if (Status status = reportStats(checkpointer, loaded->stats, 0, "load", "loaded " + dir, "into",
+                                    statsPath, seed >= 0 ? ", every element checked" : "");
         !status)
       return failHere(rank, size, command, status.failure());
     return 0;

@@ -1,11 +1,13 @@
 //===- MemoryBackendTest.cpp - Host memory and the simulated device -------===//
-#include "fsdp/Runtime/Buffers.h"
 #include "fsdp/Runtime/MemoryBackend.h"
+#include "fsdp/Runtime/Buffers.h"
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
+#include <thread>
 
 using namespace fsdp;
 using namespace fsdp::runtime;
@@ -66,6 +68,25 @@ TEST(SimulatedDevice, CastsInDeviceMemory) {
   EXPECT_EQ(bf16[2], 0x3F80);
   device->release(*main);
   device->release(*model);
+}
+
+TEST(StagingPool, GroupsOfBlocksWaitForEachOther) {
+  StagingPool pool(5000, 3); // rounded up to whole pages
+  EXPECT_EQ(pool.blockBytes(), 8192u);
+  std::vector<char *> first = pool.acquire(2);
+  ASSERT_EQ(first.size(), 2u);
+  std::atomic<bool> got{false};
+  std::thread taker([&] {
+    std::vector<char *> second = pool.acquire(2); // one is free: waits for a pair
+    got = true;
+    pool.release(second);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(got); // back-pressure: no partial grant
+  pool.release(first);
+  taker.join();
+  EXPECT_TRUE(got);
+  EXPECT_EQ(pool.acquire(3).size(), 3u); // every block back
 }
 
 } // namespace

@@ -43,9 +43,10 @@ public:
   /// Uses caller-owned memory of `backend` (host when null); every (group,
   /// role) of the plan must be given with at least elements x element size
   /// bytes (aliases may be omitted).
-  static Result<RankBuffers> wrap(const plan::RankPlan &plan,
-                                  const std::map<std::pair<int32_t, plan::BufferRole>, void *> &memory,
-                                  std::shared_ptr<MemoryBackend> backend = nullptr);
+  static Result<RankBuffers>
+  wrap(const plan::RankPlan &plan,
+       const std::map<std::pair<int32_t, plan::BufferRole>, void *> &memory,
+       std::shared_ptr<MemoryBackend> backend = nullptr);
 
   /// The buffer, or an error naming it when the plan has none.
   Result<BufferView> get(int32_t group, plan::BufferRole role) const;

@@ -28,14 +28,15 @@
 #include "fsdp/Plan/PlanFile.h"
 #include "fsdp/Runtime/Buffers.h"
 #include "fsdp/Runtime/Communicator.h"
+#include "fsdp/Runtime/MemoryBackend.h"
 #include "fsdp/Runtime/Storage.h"
 
 #include <algorithm>
 #include <cstdlib>
 #include <functional>
-#include <thread>
 #include <map>
 #include <string>
+#include <thread>
 
 namespace fsdp {
 namespace runtime {
@@ -81,9 +82,12 @@ struct SaveOptions {
   bool overwrite = false;
   /// Worker threads writing items (0: the machine's cores, at most 8).
   unsigned threads = 0;
-  /// Bytes of each of the two host blocks a worker stages device memory
-  /// through (bounded staging: 2 x threads blocks in all).
-  uint64_t stagingBlockBytes = 4 << 20;
+  /// Host staging for buffers the host may not touch: every worker stages
+  /// through two blocks of this pool (bounded, reused: a Checkpointer keeps
+  /// one for all its saves). Null: a pool for this save of `stagingBytes`
+  /// (0: 8 MiB per worker).
+  StagingPool *staging = nullptr;
+  uint64_t stagingBytes = 0;
   /// The optimizer step count stored in every `optimizer.state.<fqn>.step`.
   float step = 1.0f;
   /// Bytes items to write instead of the plan's payloads (reshard carries

@@ -71,6 +71,7 @@ private:
   std::unique_ptr<Communicator> comm_;
   std::unique_ptr<Storage> storage_;
   std::shared_ptr<MemoryBackend> backend_;
+  std::unique_ptr<StagingPool> staging_; // made by the first save that needs it
   std::map<std::pair<int32_t, plan::BufferRole>, void *> bound_;
   std::optional<RankBuffers> buffers_;
 };

@@ -19,8 +19,11 @@
 #include "fsdp/Support/Result.h"
 
 #include <chrono>
+#include <condition_variable>
 #include <future>
 #include <memory>
+#include <mutex>
+#include <vector>
 
 namespace fsdp {
 namespace runtime {
@@ -42,6 +45,8 @@ public:
   virtual std::future<Status> copyOut(const void *source, void *destination, uint64_t bytes) = 0;
   /// This backend's memory at `destination` gets `bytes` of host `source`.
   virtual std::future<Status> copyIn(const void *source, void *destination, uint64_t bytes) = 0;
+  /// `bytes` of this backend's memory at `memory` set to zero.
+  virtual Status zero(void *memory, uint64_t bytes) = 0;
   /// `elements` of `from` at `source` cast to `to` at `destination`, both
   /// this backend's memory (rounding to nearest even).
   virtual Status cast(dcp::DType from, const void *source, dcp::DType to, void *destination,
@@ -49,6 +54,31 @@ public:
 };
 
 std::shared_ptr<MemoryBackend> createHostBackend();
+
+/// Host blocks that device memory is staged through: allocated once (by a
+/// checkpointer, for all its saves), handed out in groups, and waited for
+/// when all are in use, which bounds staging memory and holds back workers
+/// that run ahead (back-pressure).
+class StagingPool {
+public:
+  StagingPool(uint64_t blockBytes, size_t blocks);
+  ~StagingPool();
+  StagingPool(const StagingPool &) = delete;
+  StagingPool &operator=(const StagingPool &) = delete;
+
+  uint64_t blockBytes() const { return blockBytes_; }
+  size_t blocks() const { return blocks_.size(); }
+  /// `count` blocks at once (never some of them: no two takers can each
+  /// hold part of what the other waits for), waiting until they are free.
+  std::vector<char *> acquire(size_t count);
+  void release(const std::vector<char *> &blocks);
+
+private:
+  uint64_t blockBytes_;
+  std::vector<char *> blocks_, free_;
+  std::mutex mutex_;
+  std::condition_variable freed_;
+};
 
 struct SimulatedDeviceOptions {
   /// Every copy waits this long on the device's thread before it runs.
