@@ -269,8 +269,7 @@ Result<LoadResult> loadCheckpoint(const plan::RankPlan &plan, RankBuffers &buffe
     unsigned threads = options.threads ? options.threads : defaultThreads();
     std::vector<std::string> staging(threads); // for buffers the host may not touch
     std::vector<std::optional<float>> steps(plan.reads.size());
-    std::atomic<uint64_t> reported{0};
-    std::mutex progressMutex;
+    ProgressReporter progress(options.progress, total);
     if (status)
       status = forEachItem(plan.reads.size(), threads, [&](size_t index, unsigned worker) {
         const plan::ReadItem &read = plan.reads[index];
@@ -283,14 +282,7 @@ Result<LoadResult> loadCheckpoint(const plan::RankPlan &plan, RankBuffers &buffe
             return Status(step.failure());
           steps[index] = *step;
         }
-        uint64_t now = loader->bytesRead();
-        if (options.progress && now - reported.load() > (256u << 20)) {
-          std::lock_guard<std::mutex> lock(progressMutex);
-          reported = now;
-          options.progress(
-              {now, total,
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()});
-        }
+        progress.reached(loader->bytesRead());
         return Status::success();
       });
     for (const plan::ReadItem &read : plan.reads)
@@ -321,8 +313,6 @@ Result<LoadResult> loadCheckpoint(const plan::RankPlan &plan, RankBuffers &buffe
   result.stats.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   result.stats.stallSeconds = result.stats.seconds;
-  if (options.progress)
-    options.progress({bytesRead, total, result.stats.seconds});
   return result;
 }
 

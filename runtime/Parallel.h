@@ -10,10 +10,13 @@
 #ifndef FSDP_RUNTIME_PARALLEL_H
 #define FSDP_RUNTIME_PARALLEL_H
 
+#include "fsdp/Runtime/Checkpoint.h"
 #include "fsdp/Support/Result.h"
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <functional>
 #include <mutex>
 #include <new>
 #include <thread>
@@ -21,6 +24,31 @@
 
 namespace fsdp {
 namespace runtime {
+
+/// Tells `progress` how far workers have come, at most once per 256 MiB
+/// (and when all is done), from whichever thread gets there.
+class ProgressReporter {
+public:
+  ProgressReporter(std::function<void(const Progress &)> progress, uint64_t total)
+      : progress_(std::move(progress)), total_(total), start_(std::chrono::steady_clock::now()) {}
+  void reached(uint64_t done) {
+    if (!progress_ || (done - reported_.load() <= (256u << 20) && done != total_))
+      return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    reported_ = done;
+    progress_({done, total_, seconds()});
+  }
+  double seconds() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+
+private:
+  std::function<void(const Progress &)> progress_;
+  uint64_t total_;
+  std::chrono::steady_clock::time_point start_;
+  std::atomic<uint64_t> reported_{0};
+  std::mutex mutex_;
+};
 
 /// Runs `body(index, worker)` for every index in [0, count) on `threads`
 /// workers (worker 0 is the calling thread).

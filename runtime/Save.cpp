@@ -185,12 +185,11 @@ Status writeRankFile(const plan::RankPlan &plan, const RankBuffers &buffers,
   for (unsigned worker = 0; worker < threads; ++worker)
     writers.push_back(
         std::make_unique<ItemWriter>(ItemWriter{layouts[worker], **file, found[worker], 0, pool}));
-  auto start = std::chrono::steady_clock::now();
   uint64_t total = 0;
   for (const plan::WriteItem &item : plan.writes)
     total += item.itemLength;
-  std::atomic<uint64_t> written{0}, reported{0};
-  std::mutex progressMutex;
+  std::atomic<uint64_t> written{0};
+  ProgressReporter progress(options.progress, total);
   Status wrote = forEachItem(plan.writes.size(), threads, [&](size_t index, unsigned worker) {
     const plan::WriteItem &item = plan.writes[index];
     ItemWriter &writer = *writers[worker];
@@ -223,14 +222,7 @@ Status writeRankFile(const plan::RankPlan &plan, const RankBuffers &buffers,
     }
     if (!status)
       return status;
-    uint64_t now = written += item.itemLength;
-    if (options.progress && (now - reported.load() > (256u << 20) || now == total)) {
-      std::lock_guard<std::mutex> lock(progressMutex);
-      reported = now;
-      options.progress(
-          {now, total,
-           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()});
-    }
+    progress.reached(written += item.itemLength);
     return Status::success();
   });
   if (!wrote)
