@@ -316,10 +316,26 @@ Status CheckpointReader::readStorageRange(const TensorItem &item, uint64_t offse
 
 Status CheckpointReader::readStorage(TensorItem &item, char *destination) {
   uint64_t dataBytes = item.record.storageBytes();
-  // Counted as read whatever follows: the bytes were asked of storage.
-  bytesRead_ += needsCheck(item) && item.checksum ? item.itemLength : dataBytes;
-  if (!needsCheck(item))
+  if (!needsCheck(item)) {
+    bytesRead_ += dataBytes;
     return item.file->read(item.dataOffset, destination, dataBytes);
+  }
+  return readAndCheck(item, [destination](uint64_t at) { return destination + at; });
+}
+
+Status CheckpointReader::checkItem(TensorItem &item) {
+  if (!needsCheck(item))
+    return Status::success();
+  // Bounded memory whatever the item's size: one block, reused.
+  std::string block(std::min(kBlock, item.record.storageBytes()), '\0');
+  return readAndCheck(item, [&block](uint64_t) { return block.data(); });
+}
+
+Status CheckpointReader::readAndCheck(TensorItem &item,
+                                      const std::function<char *(uint64_t at)> &place) {
+  uint64_t dataBytes = item.record.storageBytes();
+  // Counted as read whatever follows: the bytes were asked of storage.
+  bytesRead_ += item.checksum ? item.itemLength : dataBytes;
   auto mismatch = [&]() -> Status {
     return corrupt(item.path + ": checksum mismatch in the item at " +
                    std::to_string(item.itemOffset) +
@@ -327,38 +343,32 @@ Status CheckpointReader::readStorage(TensorItem &item, char *destination) {
                                   : std::string(" (zip CRC of its data)")) +
                    ": the file is corrupt");
   };
-  if (!item.checksum) {
-    // A PyTorch checkpoint: the zip CRC of the storage record.
-    uint32_t crc = 0;
-    for (uint64_t at = 0; at < dataBytes; at += kBlock) {
-      uint64_t size = std::min(kBlock, dataBytes - at);
-      if (Status status = item.file->read(item.dataOffset + at, destination + at, size); !status)
-        return status;
-      crc = zip::crc32(destination + at, size, crc);
-    }
-    if (crc != item.dataCrc)
-      return mismatch();
-    item.verified = true;
-    return Status::success();
-  }
-  // Ours: xxh3 of the whole item, hashing each block while it is hot.
+  // Ours: xxh3 of the whole item (the zip records around the storage too);
+  // PyTorch's: the zip CRC of the storage record. Each block is hashed
+  // while it is hot.
+  integrity::StreamingXxh3 hash;
+  uint32_t crc = 0;
   uint64_t dataBegin = item.dataOffset - item.itemOffset;
-  std::string before(dataBegin, '\0'), after(item.itemLength - dataBegin - dataBytes, '\0');
+  std::string before(item.checksum ? dataBegin : 0, '\0');
+  std::string after(item.checksum ? item.itemLength - dataBegin - dataBytes : 0, '\0');
   if (Status status = item.file->read(item.itemOffset, before.data(), before.size()); !status)
     return status;
-  integrity::StreamingXxh3 hash;
   hash.update(before.data(), before.size());
   for (uint64_t at = 0; at < dataBytes; at += kBlock) {
     uint64_t size = std::min(kBlock, dataBytes - at);
-    if (Status status = item.file->read(item.dataOffset + at, destination + at, size); !status)
+    char *block = place(at);
+    if (Status status = item.file->read(item.dataOffset + at, block, size); !status)
       return status;
-    hash.update(destination + at, size);
+    if (item.checksum)
+      hash.update(block, size);
+    else
+      crc = zip::crc32(block, size, crc);
   }
   if (Status status = item.file->read(item.dataOffset + dataBytes, after.data(), after.size());
       !status)
     return status;
   hash.update(after.data(), after.size());
-  if (hash.digest() != item.checksum->xxh3)
+  if (item.checksum ? hash.digest() != item.checksum->xxh3 : crc != item.dataCrc)
     return mismatch();
   item.verified = true;
   return Status::success();

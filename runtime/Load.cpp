@@ -47,7 +47,7 @@ struct Overlap {
 /// Reads this rank's pieces out of a checkpoint through the one reader.
 class Loader {
 public:
-  explicit Loader(CheckpointReader &reader) : reader_(reader) {}
+  Loader(CheckpointReader &reader, uint64_t bandBytes) : reader_(reader), bandBytes_(bandBytes) {}
 
   /// One piece; `staging` is the calling worker's host staging.
   Status loadPiece(const plan::ReadItem &read, RankBuffers &buffers, std::string &staging) {
@@ -77,18 +77,49 @@ public:
                        ErrorKind::InvalidArgument);
     uint64_t pieceOffset = static_cast<uint64_t>(read.buffer.localOffset) * elementSize;
     uint64_t pieceBytes = static_cast<uint64_t>(read.buffer.elements) * elementSize;
-    // Memory the host may not touch (a device) is loaded in host staging and
-    // copied in whole.
-    bool direct = view->backend->hostAccessible();
-    char *base = static_cast<char *>(view->data) + pieceOffset;
-    if (!direct) {
-      staging.resize(pieceBytes);
-      base = staging.data();
-    }
-
     layout::Box target{read.chunkOffsets, read.chunkSizes};
+    if (view->backend->hostAccessible()) {
+      if (Status status = loadBox(read.key, *saved, target, elementSize,
+                                  static_cast<char *>(view->data) + pieceOffset);
+          !status)
+        return status;
+    } else {
+      // Memory the host may not touch (a device): the piece in bands of
+      // whole rows, each assembled in bounded host staging and copied in.
+      uint64_t rowBytes = elementSize;
+      for (size_t d = 1; d < target.sizes.size(); ++d)
+        rowBytes *= static_cast<uint64_t>(target.sizes[d]);
+      int64_t rows = target.sizes.empty() ? 1 : target.sizes[0];
+      int64_t bandRows =
+          std::max<int64_t>(1, static_cast<int64_t>(bandBytes_ / std::max<uint64_t>(rowBytes, 1)));
+      for (int64_t row = 0; row < rows; row += bandRows) {
+        layout::Box band = target;
+        if (!band.sizes.empty()) {
+          band.offsets[0] += row;
+          band.sizes[0] = std::min(bandRows, rows - row);
+        }
+        uint64_t bandBytes = band.sizes.empty() ? rowBytes : rowBytes * band.sizes[0];
+        staging.resize(bandBytes);
+        if (Status status = loadBox(read.key, *saved, band, elementSize, staging.data()); !status)
+          return status;
+        if (Status status = view->copyIn(pieceOffset + static_cast<uint64_t>(row) * rowBytes,
+                                         bandBytes, staging.data());
+            !status)
+          return propagate(status, read.key + ": " + status.error());
+      }
+    }
+    bytesRead_ += pieceBytes;
+    return Status::success();
+  }
+
+  /// The saved chunks of `key` overlapping `target` (a box of the tensor)
+  /// into host memory at `base`, laid out as the box: every element covered,
+  /// chunks that overlap each other agreeing.
+  Status loadBox(const std::string &key, const dcp::StorageMetadata &saved,
+                 const layout::Box &target, uint64_t elementSize, char *base) {
+    const std::string &dir = reader_.dir();
     std::vector<Overlap> overlaps;
-    for (const dcp::ChunkMetadata &chunk : saved->chunks) {
+    for (const dcp::ChunkMetadata &chunk : saved.chunks) {
       layout::Box source{chunk.offsets, chunk.sizes};
       if (std::optional<layout::Box> overlap = layout::intersect(source, target))
         overlaps.push_back({&chunk, source, *overlap});
@@ -100,7 +131,7 @@ public:
     std::vector<const Overlap *> active;
     std::vector<layout::Box> covered;
     for (const Overlap &overlap : overlaps) {
-      Result<TensorItem *> item = reader_.tensorItem(read.key, *overlap.chunk);
+      Result<TensorItem *> item = reader_.tensorItem(key, *overlap.chunk);
       if (!item)
         return item.failure();
       active.erase(std::remove_if(active.begin(), active.end(),
@@ -110,25 +141,21 @@ public:
                    active.end());
       for (const Overlap *earlier : active)
         if (std::optional<layout::Box> both = layout::intersect(earlier->overlap, overlap.overlap))
-          if (Status status = compareOverlap(**item, overlap, *earlier, *both, target, elementSize,
-                                             base, read.key);
+          if (Status status =
+                  compareOverlap(**item, overlap, *earlier, *both, target, elementSize, base, key);
               !status)
             return status;
       if (Status status = copyOverlap(**item, overlap.source, target, elementSize, base); !status)
-        return propagate(status, read.key + ": " + status.error());
+        return propagate(status, key + ": " + status.error());
       active.push_back(&overlap);
       covered.push_back(overlap.overlap);
     }
     if (!layout::covers(covered, target))
       return incompatible(
-          read.key + ": no saved chunk in " + printable(dir) + " covers part of rows [" +
+          key + ": no saved chunk in " + printable(dir) + " covers part of rows [" +
           std::to_string(target.offsets.empty() ? 0 : target.offsets[0]) + ", " +
           std::to_string(target.offsets.empty() ? 0 : target.offsets[0] + target.sizes[0]) +
           "): the checkpoint does not tile the tensor");
-    if (!direct)
-      if (Status status = view->copyIn(pieceOffset, pieceBytes, base); !status)
-        return propagate(status, read.key + ": " + status.error());
-    bytesRead_ += pieceBytes;
     return Status::success();
   }
 
@@ -206,6 +233,12 @@ private:
         runs[0].srcElementOffset == 0 &&
         static_cast<uint64_t>(runs[0].count) == item.record.storageElements)
       return reader_.readStorage(item, base + runs[0].dstElementOffset * elementSize);
+    // A large item only partly needed is checked block by block first (its
+    // bytes not kept), then only the needed ranges are read: memory stays
+    // bounded whatever the item's size. A small one is read whole, once.
+    if (item.contiguous && reader_.needsCheck(item) && item.record.storageBytes() > kWholeItemBytes)
+      if (Status status = reader_.checkItem(item); !status)
+        return status;
     if (item.contiguous && !reader_.needsCheck(item)) {
       // Row-range chunks: exactly one run, one contiguous read.
       for (const layout::CopyRun &run : runs)
@@ -237,7 +270,11 @@ private:
     return Status::success();
   }
 
+  /// Items up to this size are read whole when only part of them is needed.
+  static constexpr uint64_t kWholeItemBytes = 64 << 20;
+
   CheckpointReader &reader_;
+  uint64_t bandBytes_;                 // the most host staging one band of a device piece takes
   std::atomic<uint64_t> bytesRead_{0}; // pieces loaded, by every worker
 };
 
@@ -262,7 +299,7 @@ Result<LoadResult> loadCheckpoint(const plan::RankPlan &plan, RankBuffers &buffe
     total += read.source == plan::ItemSource::Buffer ? read.dataLength : 0;
   std::optional<Loader> loader;
   if (status)
-    loader.emplace(**reader);
+    loader.emplace(**reader, options.stagingBytes ? options.stagingBytes : uint64_t(8) << 20);
   try {
     // Pieces are independent (each fills its own part of a buffer): worker
     // threads take them one by one; the first step found in plan order wins.

@@ -281,6 +281,7 @@ int run(int argc, char **argv) {
 
   LoadOptions loadOptions;
   loadOptions.threads = threads;
+  loadOptions.stagingBytes = (stagingMb << 20) / (threads ? threads : defaultThreads());
   loadOptions.syncModelWeights = !noSync && !reshard->parsed();
   loadOptions.progress = progressPrinter(load->parsed() ? "load" : "reshard", speaks);
   if (speaks)

@@ -413,6 +413,27 @@ TEST(SimulatedDevice, LargeItemsThroughSmallStagingBlocks) {
   }());
   expectAllOk(loadOnRanks(one, work + "/first", 31));
   expectAllOk(loadOnRanks(one, work + "/second", 31));
+  // Back onto devices of 3 ranks, in bands of 16 rows (64 KiB of staging):
+  // 300 rows saved as 2 chunks land across band boundaries.
+  plan::ModelLayout threeRanks = model;
+  threeRanks.meshSizes = {3};
+  threeRanks.groups[0] = fsdp::testmodels::makeGroup("", {{"big"}, {"small"}}, {{300, 1000}, {7}},
+                                                     {3}, {layout::Placement::Shard});
+  plan::PlanFile three = planFor(threeRanks);
+  PerRank<Status> loaded(3);
+  onRanks(3, [&](int64_t rank, std::unique_ptr<Communicator> comm) {
+    Result<std::unique_ptr<Checkpointer>> opened =
+        openAndAllocate(three, std::move(comm), nullptr, slowDevice);
+    Status status = opened ? Status::success() : Status(opened.failure());
+    if (status) {
+      LoadOptions options;
+      options.stagingBytes = 64 << 10;
+      Result<LoadResult> result = (*opened)->load(work + "/second", options);
+      status = result ? (*opened)->check(31) : Status(result.failure());
+    }
+    loaded.values[rank] = status;
+  });
+  expectAllOk(loaded.values);
   (void)createPosixStorage()->removeTree(work);
 }
 

@@ -102,6 +102,9 @@ struct LoadOptions {
   bool syncModelWeights = true;
   /// Worker threads loading pieces (0: the machine's cores, at most 8).
   unsigned threads = 0;
+  /// Host staging per worker for buffers the host may not touch: a device
+  /// piece is loaded in bands of whole rows of at most this size (0: 8 MiB).
+  uint64_t stagingBytes = 0;
   bool verifyChecksums = true;
   std::function<void(const Progress &)> progress;
   /// Told once what a user should know (a checkpoint without an index).

@@ -31,6 +31,7 @@
 #include "fsdp/Runtime/Storage.h"
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -91,6 +92,9 @@ public:
   /// The item's whole storage into `destination` (storageBytes() bytes),
   /// checking the item the first time.
   Status readStorage(TensorItem &item, char *destination);
+  /// Checks the item without keeping its bytes (one block of memory),
+  /// unless it is checked already.
+  Status checkItem(TensorItem &item);
   /// `count` bytes of the storage from byte `offset`, unchecked: only for an
   /// item already checked (or when checks are off).
   Status readStorageRange(const TensorItem &item, uint64_t offset, uint64_t count,
@@ -121,6 +125,9 @@ private:
   /// Checks [offset, offset + length) lies in `file`; names the key.
   Status checkBounds(const std::string &key, const std::string &name, uint64_t offset,
                      uint64_t length, uint64_t fileSize) const;
+  /// Reads the storage block by block to `place(offset)` (kBlock bytes
+  /// each), checks it, marks the item checked.
+  Status readAndCheck(TensorItem &item, const std::function<char *(uint64_t at)> &place);
   Status checkItemAgainstKey(const TensorItem &item, const std::string &key,
                              const dcp::ChunkMetadata &chunk) const;
   Status verifyIndexed(std::string &report, size_t &problems);
