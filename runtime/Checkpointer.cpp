@@ -82,7 +82,7 @@ Result<TransferStats> Checkpointer::save(const std::string &dir, SaveOptions opt
   if (!options.staging && backend_ && !backend_->hostAccessible()) {
     if (!staging_) {
       unsigned threads = options.threads ? options.threads : defaultThreads();
-      uint64_t bytes = options.stagingBytes ? options.stagingBytes : uint64_t(threads) << 23;
+      uint64_t bytes = options.stagingBytes ? options.stagingBytes : defaultStagingBytes(threads);
       staging_ = std::make_unique<StagingPool>(bytes / (2 * threads), 2 * threads);
     }
     options.staging = staging_.get();

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <new>
 #include <optional>
+#include <tuple>
 #include <unordered_map>
 
 namespace fsdp {
@@ -48,6 +49,31 @@ struct Overlap {
 class Loader {
 public:
   Loader(CheckpointReader &reader, uint64_t bandBytes) : reader_(reader), bandBytes_(bandBytes) {}
+
+  /// The indices of `reads` sorted by where the first saved chunk each one
+  /// needs lies (file, offset); reads without one keep their place at the end.
+  std::vector<size_t> fileOrder(const std::vector<plan::ReadItem> &reads) const {
+    std::vector<std::tuple<std::string, uint64_t, size_t>> keyed;
+    for (size_t index = 0; index < reads.size(); ++index) {
+      const plan::ReadItem &read = reads[index];
+      std::tuple<std::string, uint64_t, size_t> key{std::string(1, '\xff'), 0, index};
+      if (const dcp::StorageMetadata *saved = reader_.find(read.key); saved && !saved->isBytes) {
+        layout::Box target{read.chunkOffsets, read.chunkSizes};
+        for (const dcp::ChunkMetadata &chunk : saved->chunks)
+          if (layout::intersect(layout::Box{chunk.offsets, chunk.sizes}, target)) {
+            if (const dcp::StorageInfo *where = reader_.storageOf(read.key, chunk.offsets))
+              key = {where->relativePath, where->offset, index};
+            break;
+          }
+      }
+      keyed.push_back(std::move(key));
+    }
+    std::sort(keyed.begin(), keyed.end());
+    std::vector<size_t> order;
+    for (const auto &entry : keyed)
+      order.push_back(std::get<2>(entry));
+    return order;
+  }
 
   /// One piece; `staging` is the calling worker's host staging.
   Status loadPiece(const plan::ReadItem &read, RankBuffers &buffers, std::string &staging) {
@@ -299,7 +325,7 @@ Result<LoadResult> loadCheckpoint(const plan::RankPlan &plan, RankBuffers &buffe
     total += read.source == plan::ItemSource::Buffer ? read.dataLength : 0;
   std::optional<Loader> loader;
   if (status)
-    loader.emplace(**reader, options.stagingBytes ? options.stagingBytes : uint64_t(8) << 20);
+    loader.emplace(**reader, options.stagingBytes ? options.stagingBytes : defaultStagingBytes(1));
   try {
     // Pieces are independent (each fills its own part of a buffer): worker
     // threads take them one by one; the first step found in plan order wins.
@@ -307,8 +333,14 @@ Result<LoadResult> loadCheckpoint(const plan::RankPlan &plan, RankBuffers &buffe
     std::vector<std::string> staging(threads); // for buffers the host may not touch
     std::vector<std::optional<float>> steps(plan.reads.size());
     ProgressReporter progress(options.progress, total);
+    // Workers take pieces in the order their first saved bytes lie in the
+    // files, so each file is read front to back.
+    std::vector<size_t> order;
     if (status)
-      status = forEachItem(plan.reads.size(), threads, [&](size_t index, unsigned worker) {
+      order = loader->fileOrder(plan.reads);
+    if (status)
+      status = forEachItem(order.size(), threads, [&](size_t position, unsigned worker) {
+        size_t index = order[position];
         const plan::ReadItem &read = plan.reads[index];
         if (read.source == plan::ItemSource::Buffer) {
           if (Status piece = loader->loadPiece(read, buffers, staging[worker]); !piece)

@@ -177,7 +177,7 @@ Status writeRankFile(const plan::RankPlan &plan, const RankBuffers &buffers,
   StagingPool *pool = options.staging;
   std::unique_ptr<StagingPool> ownPool;
   if (!pool && !buffers.backend().hostAccessible()) {
-    uint64_t bytes = options.stagingBytes ? options.stagingBytes : uint64_t(threads) << 23;
+    uint64_t bytes = options.stagingBytes ? options.stagingBytes : defaultStagingBytes(threads);
     ownPool = std::make_unique<StagingPool>(bytes / (2 * threads), 2 * threads);
     pool = ownPool.get();
   }

@@ -192,7 +192,7 @@ int run(int argc, char **argv) {
   uint64_t stagingMb = 0;
   const char *threadsHelp = "Worker threads per rank (default: the cores, at most 8)";
   const char *stagingHelp = "Host staging memory per rank in MiB for device buffers (default 8 "
-                            "per thread)";
+                            "per thread, at most a 64th of memory)";
   for (CLI::App *command : {save, load, reshard}) {
     command->add_option("--threads", threads, threadsHelp)->check(CLI::Range(1u, 1024u));
     command->add_option("--staging-mb", stagingMb, stagingHelp)

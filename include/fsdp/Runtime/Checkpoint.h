@@ -37,6 +37,7 @@
 #include <map>
 #include <string>
 #include <thread>
+#include <unistd.h>
 
 namespace fsdp {
 namespace runtime {
@@ -78,6 +79,15 @@ inline unsigned defaultThreads() {
   return std::max(1u, std::min(8u, std::thread::hardware_concurrency()));
 }
 
+/// Host staging for `threads` workers when not told: 8 MiB each, at most a
+/// 64th of the machine's memory (at least 64 KiB each).
+inline uint64_t defaultStagingBytes(unsigned threads) {
+  uint64_t memory = static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES)) *
+                    static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  uint64_t wanted = uint64_t(threads) << 23;
+  return std::max<uint64_t>(uint64_t(threads) << 16, std::min(wanted, memory / 64));
+}
+
 struct SaveOptions {
   bool overwrite = false;
   /// Worker threads writing items (0: the machine's cores, at most 8).
@@ -85,7 +95,7 @@ struct SaveOptions {
   /// Host staging for buffers the host may not touch: every worker stages
   /// through two blocks of this pool (bounded, reused: a Checkpointer keeps
   /// one for all its saves). Null: a pool for this save of `stagingBytes`
-  /// (0: 8 MiB per worker).
+  /// (0: defaultStagingBytes).
   StagingPool *staging = nullptr;
   uint64_t stagingBytes = 0;
   /// The optimizer step count stored in every `optimizer.state.<fqn>.step`.
@@ -103,7 +113,8 @@ struct LoadOptions {
   /// Worker threads loading pieces (0: the machine's cores, at most 8).
   unsigned threads = 0;
   /// Host staging per worker for buffers the host may not touch: a device
-  /// piece is loaded in bands of whole rows of at most this size (0: 8 MiB).
+  /// piece is loaded in bands of whole rows of at most this size (0: its
+  /// share of defaultStagingBytes).
   uint64_t stagingBytes = 0;
   bool verifyChecksums = true;
   std::function<void(const Progress &)> progress;
