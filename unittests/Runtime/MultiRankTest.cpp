@@ -122,6 +122,27 @@ std::vector<Status> loadOnRanks(const plan::PlanFile &plan, const std::string &d
   return statuses.values;
 }
 
+/// Every rank of `plan` loads `from` and saves it into `to` (a reshard).
+std::vector<Status> reshardOnRanks(const plan::PlanFile &plan, const std::string &from,
+                                   const std::string &to, const BackendOf &backendOf = {}) {
+  PerRank<Status> statuses(plan.worldSize());
+  onRanks(plan.worldSize(), [&](int64_t rank, std::unique_ptr<Communicator> comm) {
+    Result<std::unique_ptr<Checkpointer>> opened =
+        openAndAllocate(plan, std::move(comm), nullptr, backendOf);
+    Status status = opened ? Status::success() : Status(opened.failure());
+    if (status) {
+      Result<LoadResult> loaded = (*opened)->load(from);
+      status = loaded ? Status::success() : Status(loaded.failure());
+    }
+    if (status) {
+      Result<TransferStats> saved = (*opened)->save(to);
+      status = saved ? Status::success() : Status(saved.failure());
+    }
+    statuses.values[rank] = status;
+  });
+  return statuses.values;
+}
+
 void expectAllOk(const std::vector<Status> &statuses) {
   for (size_t rank = 0; rank < statuses.size(); ++rank)
     EXPECT_TRUE(statuses[rank]) << "rank " << rank << ": " << statuses[rank].error();
@@ -256,22 +277,7 @@ TEST(MultiRank, SaveVerifyAndReshardBetweenWorldSizes) {
       planFor(workedExample({2, 2}, {layout::Placement::Replicate, layout::Placement::Shard})),
       work + "/four", 11));
   // A reshard: load on 3 ranks, save from them, load that on 2.
-  plan::PlanFile three = planFor(workedExample({3}));
-  PerRank<Status> resharded(3);
-  onRanks(3, [&](int64_t rank, std::unique_ptr<Communicator> comm) {
-    Result<std::unique_ptr<Checkpointer>> opened = Checkpointer::open(three, std::move(comm));
-    Status status = opened ? (*opened)->allocate() : Status(opened.failure());
-    if (status) {
-      Result<LoadResult> loaded = (*opened)->load(work + "/four");
-      status = loaded ? Status::success() : Status(loaded.failure());
-    }
-    if (status) {
-      Result<TransferStats> saved = (*opened)->save(work + "/three");
-      status = saved ? Status::success() : Status(saved.failure());
-    }
-    resharded.values[rank] = status;
-  });
-  expectAllOk(resharded.values);
+  expectAllOk(reshardOnRanks(planFor(workedExample({3})), work + "/four", work + "/three"));
   expectAllOk(loadOnRanks(planFor(workedExample({2})), work + "/three", 11));
   // Another seed is found out on every rank.
   for (const Status &status : loadOnRanks(planFor(workedExample({2})), work + "/three", 12))
@@ -345,23 +351,8 @@ TEST(SimulatedDevice, SaveLoadAndReshardThroughCopiesOnly) {
   expectAllOk(loadOnRanks(
       planFor(workedExample({2, 2}, {layout::Placement::Replicate, layout::Placement::Shard})),
       work + "/device", 21, slowDevice));
-  plan::PlanFile three = planFor(workedExample({3}));
-  PerRank<Status> resharded(3);
-  onRanks(3, [&](int64_t rank, std::unique_ptr<Communicator> comm) {
-    Result<std::unique_ptr<Checkpointer>> opened =
-        openAndAllocate(three, std::move(comm), nullptr, slowDevice);
-    Status status = opened ? Status::success() : Status(opened.failure());
-    if (status) {
-      Result<LoadResult> loaded = (*opened)->load(work + "/device");
-      status = loaded ? Status::success() : Status(loaded.failure());
-    }
-    if (status) {
-      Result<TransferStats> saved = (*opened)->save(work + "/resharded");
-      status = saved ? Status::success() : Status(saved.failure());
-    }
-    resharded.values[rank] = status;
-  });
-  expectAllOk(resharded.values);
+  expectAllOk(reshardOnRanks(planFor(workedExample({3})), work + "/device", work + "/resharded",
+                             slowDevice));
   expectAllOk(loadOnRanks(planFor(workedExample({1})), work + "/resharded", 21));
   // The data files are the same whichever memory they were saved from.
   for (const char *file : {"__0_0.distcp", "__3_0.distcp"}) {
