@@ -58,9 +58,6 @@ Status Checkpointer::bind(int32_t group, plan::BufferRole role, void *data) {
   if (role < plan::BufferRole::MainWeight || role > plan::BufferRole::ExpAvgSq)
     return makeError("unknown buffer role " + std::to_string(static_cast<int>(role)),
                      ErrorKind::InvalidArgument);
-  if (!data)
-    return makeError("a null buffer for group " + std::to_string(group),
-                     ErrorKind::InvalidArgument);
   bound_[{group, role}] = data;
   buffers_.reset(); // rebuilt from the bindings on next use
   return Status::success();

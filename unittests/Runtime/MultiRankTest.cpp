@@ -143,6 +143,17 @@ std::vector<Status> reshardOnRanks(const plan::PlanFile &plan, const std::string
   return statuses.values;
 }
 
+/// Every rank failed with the same error of `kind`, whose message holds
+/// `text`.
+void expectAllFailWith(const std::vector<Status> &statuses, const std::string &text,
+                       ErrorKind kind) {
+  for (size_t rank = 0; rank < statuses.size(); ++rank) {
+    ASSERT_FALSE(statuses[rank]) << "rank " << rank;
+    EXPECT_EQ(statuses[rank].kind(), kind) << statuses[rank].error();
+    EXPECT_NE(statuses[rank].error().find(text), std::string::npos) << statuses[rank].error();
+  }
+}
+
 void expectAllOk(const std::vector<Status> &statuses) {
   for (size_t rank = 0; rank < statuses.size(); ++rank)
     EXPECT_TRUE(statuses[rank]) << "rank " << rank << ": " << statuses[rank].error();
@@ -155,11 +166,7 @@ TEST(Protocol, OneRanksErrorReachesEveryRank) {
         rank == 2 ? Status(makeError("bad bytes", ErrorKind::Corrupt)) : Status::success();
     statuses.values[rank] = agree(*comm, local, /*root=*/3);
   });
-  for (const Status &status : statuses.values) {
-    ASSERT_FALSE(status);
-    EXPECT_EQ(status.error(), "rank 2: bad bytes");
-    EXPECT_EQ(status.kind(), ErrorKind::Corrupt);
-  }
+  expectAllFailWith(statuses.values, "rank 2: bad bytes", ErrorKind::Corrupt);
 }
 
 TEST(Protocol, TheRootDecidesOverEveryPayload) {
@@ -174,11 +181,7 @@ TEST(Protocol, TheRootDecidesOverEveryPayload) {
                         });
   });
   EXPECT_EQ(seen, (std::vector<std::string>{"payload 0", "payload 1", "payload 2"}));
-  for (const Status &status : statuses.values) {
-    ASSERT_FALSE(status);
-    EXPECT_EQ(status.error(), "the root says no");
-    EXPECT_EQ(status.kind(), ErrorKind::Busy);
-  }
+  expectAllFailWith(statuses.values, "the root says no", ErrorKind::Busy);
 }
 
 TEST(Protocol, StatisticsGatherOnTheRoot) {
@@ -300,13 +303,8 @@ TEST(MultiRank, OneRankFailingFailsEveryRankAndCommitsNothing) {
         fault.error = EIO;
         return createFaultInjectingStorage(createPosixStorage(), fault);
       });
-  for (size_t rank = 0; rank < statuses.size(); ++rank) {
-    ASSERT_FALSE(statuses[rank]) << rank;
-    EXPECT_EQ(statuses[rank].kind(), ErrorKind::IO) << statuses[rank].error();
-    EXPECT_NE(statuses[rank].error().find("nothing committed: rank 1: "), std::string::npos)
-        << statuses[rank].error();
-    EXPECT_NE(statuses[rank].error().find("Input/output error"), std::string::npos);
-  }
+  expectAllFailWith(statuses, "nothing committed: rank 1: ", ErrorKind::IO);
+  expectAllFailWith(statuses, "Input/output error", ErrorKind::IO);
   std::unique_ptr<Storage> storage = createPosixStorage();
   EXPECT_FALSE(storage->exists(work + "/ckpt"));
   EXPECT_FALSE(storage->exists(work + "/ckpt.fsdp-staging"));
@@ -324,11 +322,7 @@ TEST(MultiRank, OneRankFailingFailsEveryRankAndCommitsNothing) {
     Result<LoadResult> loaded = (*opened)->load(work + "/good");
     loads.values[rank] = loaded ? Status::success() : Status(loaded.failure());
   });
-  for (const Status &status : loads.values) {
-    ASSERT_FALSE(status);
-    EXPECT_EQ(status.kind(), ErrorKind::InvalidArgument) << status.error();
-    EXPECT_NE(status.error().find("rank 1: "), std::string::npos) << status.error();
-  }
+  expectAllFailWith(loads.values, "rank 1: ", ErrorKind::InvalidArgument);
   (void)storage->removeTree(work);
 }
 
