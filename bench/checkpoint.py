@@ -77,8 +77,8 @@ def compare_with_dcp(venv, ckdir, work, threads):
     return figures
 
 
-def emit(name, value, ref, ratio, **extra):
-    record = {"name": name, "value": round(value, 3), "unit": "GB/s", "vs": "ceiling",
+def emit(name, value, ref, ratio, unit="GB/s", vs="ceiling", **extra):
+    record = {"name": name, "value": round(value, 3), "unit": unit, "vs": vs,
               "ref": round(ref, 3), "ratio": round(ratio, 3)}
     record.update({k: v for k, v in extra.items() if v is not None})
     print(json.dumps(record), flush=True)
@@ -102,6 +102,37 @@ READER = ("import os,sys,time;p=sys.argv[1];n=os.path.getsize(p);b=bytearray(n);
           "f=open(p,'rb',buffering=0);a=0;t=time.perf_counter()\n"
           "while a<n:\n k=f.readinto(m[a:a+(16<<20)])\n if not k: break\n a+=k\n"
           "print(time.perf_counter()-t)")
+
+
+# Copies N bytes with one memcpy between two buffers touched beforehand;
+# prints seconds: the async save's stall ceiling.
+MEMCPY = ("import ctypes,sys,time;n=int(sys.argv[1]);a=bytearray(n);b=bytearray(n);"
+          "pa=ctypes.addressof((ctypes.c_char*n).from_buffer(a));"
+          "pb=ctypes.addressof((ctypes.c_char*n).from_buffer(b));"
+          "ctypes.memset(pa,1,n);ctypes.memset(pb,2,n);t=time.perf_counter();"
+          "ctypes.memmove(pb,pa,n);print(time.perf_counter()-t)")
+
+
+def measure_stall(ckpt, plan, ckdir, work, threads):
+    """An async save (snapshot reserved before the clock, as a training job
+    reserves it at start-up): the slowest rank's stall against one memcpy
+    of each rank's saved bytes, the ranks' copies running at once."""
+    shutil.rmtree(ckdir, ignore_errors=True)
+    stats_path = os.path.join(work, "async-stats.json")
+    out = subprocess.run(MPIRUN + ["-np", "2", ckpt, "save", "--plan", plan, "--dir", ckdir,
+                                   "--fill", "1", "--threads", str(threads), "--async",
+                                   "--stats-json", stats_path],
+                         check=True, capture_output=True, text=True).stdout
+    match = re.search(r"stall ([0-9.]+) s, total ([0-9.]+) s", out)
+    if not match:
+        sys.exit(f"bench: no stall in the output of the async save: {out}")
+    ranks = json.load(open(stats_path))["ranks"]
+    procs = [subprocess.Popen([sys.executable, "-c", MEMCPY, str(r["bytes_written_storage"])],
+                              stdout=subprocess.PIPE, text=True) for r in ranks]
+    t_memcpy = max(float(p.communicate()[0]) for p in procs)
+    stall, total = float(match.group(1)), float(match.group(2))
+    shutil.rmtree(ckdir, ignore_errors=True)
+    return stall, t_memcpy, t_memcpy / stall, total
 
 
 def measure(ckpt, plan, ckdir, work, threads):
@@ -138,7 +169,9 @@ def measure(ckpt, plan, ckdir, work, threads):
         t_load = reported_seconds(MPIRUN + ["-np", "2", ckpt, "load", "--plan", plan, "--dir",
                                             ckdir, "--threads", str(threads)])
         result[f"load_{cache}"] = (total / t_load / 1e9, sum(sizes) / t_raw_read / 1e9)
-    return {k: (v + (v[0] / v[1],) if isinstance(v, tuple) else v) for k, v in result.items()}
+    result = {k: (v + (v[0] / v[1],) if isinstance(v, tuple) else v) for k, v in result.items()}
+    result["save_stall"] = measure_stall(ckpt, plan, ckdir, work, threads)
+    return result
 
 
 def main():
@@ -179,6 +212,9 @@ def main():
             for key in ("save", "load_warm", "load_cold"):
                 name, cache = (key.split("_") + [None])[:2]
                 emit(name, *best[key], threads=threads, cache=cache)
+            stall = best["save_stall"]
+            emit("save_stall", *stall[:3], unit="s", vs="memcpy", threads=threads,
+                 total_s=round(stall[3], 3))
         best = results[default_threads]
         dcp = None if args.no_dcp else compare_with_dcp(args.venv, ckdir, work, default_threads)
         if dcp:
@@ -193,6 +229,10 @@ def main():
             print(f"  {threads} thread{'s' if threads > 1 else ''} per rank:")
             print(f"    save {figures['save'][0]:.2f} GB/s vs dd write+fsync {figures['save'][1]:.2f} "
                   f"GB/s = {figures['save'][2]:.2f} x ceiling (bar 0.9)")
+            stall = figures["save_stall"]
+            print(f"    async save: stall {stall[0]:.3f} s vs memcpy of the same bytes {stall[1]:.3f} s "
+                  f"= {stall[2]:.2f} (bar: >= 0.67, i.e. stall <= 1.5 x memcpy); "
+                  f"total {stall[3]:.2f} s")
             for cache in ("cold", "warm"):
                 load = figures[f"load_{cache}"]
                 print(f"    load ({cache} cache) {load[0]:.2f} GB/s vs raw read {load[1]:.2f} GB/s "

@@ -1,7 +1,10 @@
 //===- Checkpointer.cpp - One rank's runtime, ready to save and load ------===//
 #include "fsdp/Runtime/Checkpointer.h"
+#include "SaveSnapshot.h"
 #include "fsdp/Runtime/Protocol.h"
 
+#include <chrono>
+#include <new>
 #include <sys/stat.h>
 
 namespace fsdp {
@@ -45,6 +48,28 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::open(plan::PlanFile file,
   return checkpointer;
 }
 
+PendingSave::~PendingSave() { (void)wait(); }
+
+Result<TransferStats> PendingSave::wait() {
+  std::call_once(joined_, [this] {
+    if (thread_.joinable())
+      thread_.join();
+  });
+  return *outcome_;
+}
+
+Checkpointer::Checkpointer(plan::PlanFile planFile, std::unique_ptr<Communicator> comm,
+                           std::unique_ptr<Storage> storage)
+    : planFile_(std::move(planFile)), comm_(std::move(comm)), storage_(std::move(storage)) {}
+
+Checkpointer::~Checkpointer() { waitForPendingSave(); }
+
+void Checkpointer::waitForPendingSave() {
+  if (pending_)
+    (void)pending_->wait();
+  pending_.reset();
+}
+
 Status Checkpointer::allocate() {
   Result<RankBuffers> allocated = RankBuffers::allocate(plan_, backend_);
   if (!allocated)
@@ -75,6 +100,7 @@ Result<RankBuffers *> Checkpointer::buffers() {
 }
 
 Result<TransferStats> Checkpointer::save(const std::string &dir, SaveOptions options) {
+  waitForPendingSave();
   // One staging pool for all this checkpointer's saves of device buffers.
   if (!options.staging && backend_ && !backend_->hostAccessible()) {
     if (!staging_) {
@@ -95,7 +121,69 @@ Result<TransferStats> Checkpointer::save(const std::string &dir, SaveOptions opt
   return saveCheckpoint(planFile_, plan_, **held, dir, *comm_, *storage_, options);
 }
 
+Status Checkpointer::reserveSnapshot() {
+  if (snapshot_)
+    return Status::success();
+  Result<std::unique_ptr<SaveSnapshot>> reserved = SaveSnapshot::reserve(plan_);
+  if (!reserved)
+    return reserved.failure();
+  snapshot_ = reserved.take();
+  return Status::success();
+}
+
+Result<std::shared_ptr<PendingSave>> Checkpointer::saveAsync(const std::string &dir,
+                                                             SaveOptions options) {
+  auto start = std::chrono::steady_clock::now();
+  if (!comm_->usableFromAnotherThread())
+    return makeError("an async save runs collectives on a background thread: initialize MPI "
+                     "with MPI_Init_thread(MPI_THREAD_MULTIPLE), or save synchronously",
+                     ErrorKind::InvalidArgument);
+  waitForPendingSave(); // a second save waits for the first
+  // This rank's snapshot. A failure here is still taken through the save's
+  // first collective in the background, so that every rank fails with it.
+  Status captured;
+  Result<RankBuffers *> held = buffers();
+  if (!held)
+    captured = held.failure();
+  if (captured)
+    captured = reserveSnapshot();
+  if (captured) {
+    unsigned threads = options.threads ? options.threads : defaultThreads();
+    captured = snapshot_->capture(**held, threads);
+  }
+  double stall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::shared_ptr<PendingSave> pending(new PendingSave());
+  pending->stallSeconds_ = stall;
+  options.staging = nullptr; // the snapshot is host memory
+  PendingSave *job = pending.get();
+  job->thread_ = std::thread([this, job, captured, dir, options = std::move(options), start] {
+    Result<TransferStats> outcome = makeError("the async save did not run", ErrorKind::Internal);
+    try {
+      if (!captured) {
+        Status agreed = agree(*comm_, captured, root());
+        outcome =
+            propagate(agreed, "save to " + dir + " failed, nothing written: " + agreed.error());
+      } else {
+        outcome =
+            saveCheckpoint(planFile_, plan_, snapshot_->buffers(), dir, *comm_, *storage_, options);
+      }
+    } catch (const std::bad_alloc &) {
+      outcome = makeError("save to " + dir + ": out of memory", ErrorKind::IO, ENOMEM);
+    }
+    if (outcome) {
+      outcome->stallSeconds = job->stallSeconds_;
+      outcome->seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
+    job->outcome_ = std::move(outcome);
+    job->done_ = true;
+  });
+  pending_ = pending;
+  return pending;
+}
+
 Result<LoadResult> Checkpointer::load(const std::string &dir, LoadOptions options) {
+  waitForPendingSave();
   options.root = root();
   Result<RankBuffers *> held = buffers();
   if (!held) {
@@ -114,6 +202,7 @@ Status Checkpointer::fill(uint32_t seed) {
 }
 
 Status Checkpointer::check(uint32_t seed) {
+  waitForPendingSave();
   Result<RankBuffers *> held = buffers();
   Status checked = held ? checkAgainstSeed(plan_, **held, seed) : Status(held.failure());
   return agree(*comm_, checked, root());

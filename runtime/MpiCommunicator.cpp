@@ -55,6 +55,11 @@ public:
   }
   int64_t rank() const override { return rank_; }
   int64_t size() const override { return size_; }
+  bool usableFromAnotherThread() const override {
+    int provided = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&provided);
+    return provided == MPI_THREAD_MULTIPLE;
+  }
   Status barrier() override { return mpiCheck(MPI_Barrier(comm_), "MPI_Barrier"); }
 
   Result<std::vector<std::string>> gather(const std::string &bytes, int64_t root) override {
@@ -126,8 +131,11 @@ Result<std::unique_ptr<Communicator>> createMpiCommunicator(int *argc, char ***a
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) {
-    if (MPI_Init(argc, argv) != MPI_SUCCESS)
-      return makeError("MPI_Init failed");
+    // Threads: an async save's background runs collectives while the
+    // caller's thread goes on.
+    int provided = MPI_THREAD_SINGLE;
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
+      return makeError("MPI_Init_thread failed");
     std::atexit(finalizeAtExit);
   }
   // Errors come back as codes we turn into messages, not aborts.

@@ -352,8 +352,11 @@ Result<TransferStats> saveCheckpoint(const plan::PlanFile &planFile, const plan:
       prepared = marker ? (*marker)->close() : Status(marker.failure());
     }
   }
-  if (Status agreed = agree(comm, prepared, root); !agreed)
+  if (Status agreed = agree(comm, prepared, root); !agreed) {
+    if (comm.rank() == root && prepared) // another rank failed: undo what this one made
+      (void)storage.removeTree(staging);
     return propagate(agreed, "save to " + target + " failed, nothing written: " + agreed.error());
+  }
 
   // 2. Every rank writes and fsyncs its items.
   TransferStats stats;

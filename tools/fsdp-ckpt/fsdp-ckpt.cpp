@@ -56,26 +56,30 @@ std::function<void(const Progress &)> progressPrinter(const char *what, bool spe
 }
 
 /// Every rank's statistics gathered on `reporter`, which prints "<what>:
-/// <total> <preposition> N ranks in <slowest> s, <rate>" and writes
+/// <total> <preposition> N ranks in <slowest> s, <rate>" (and, for an async
+/// save, "stall S s, total T s" of the slowest ranks) and writes
 /// --stats-json; the status of writing the file.
 Status reportStats(Checkpointer &checkpointer, const TransferStats &stats, int64_t reporter,
                    const std::string &op, const std::string &what, const char *preposition,
-                   const std::string &statsPath, const char *suffix = "") {
+                   const std::string &statsPath, const char *suffix = "", bool printStall = false) {
   Result<std::vector<TransferStats>> all = gatherStats(checkpointer.comm(), stats, reporter);
   if (!all)
     return all.failure();
   if (checkpointer.rank() != reporter)
     return Status::success();
   uint64_t bytes = 0;
-  double seconds = 0;
+  double seconds = 0, stall = 0;
   for (const TransferStats &rank : *all) {
     bytes += rank.bytes;
     seconds = std::max(seconds, rank.seconds);
+    stall = std::max(stall, rank.stallSeconds);
   }
   std::printf("%s: %s %s %lld ranks in %.3f s, %.2f GB/s%s\n", what.c_str(),
               gigabytes(static_cast<double>(bytes)).c_str(), preposition,
               static_cast<long long>(all->size()), seconds,
               seconds > 0 ? bytes / seconds / 1e9 : 0.0, suffix);
+  if (printStall)
+    std::printf("stall %.3f s, total %.3f s\n", stall, seconds);
   if (statsPath.empty())
     return Status::success();
   std::ofstream out(statsPath);
@@ -148,9 +152,9 @@ int run(int argc, char **argv) {
   app.require_subcommand(1);
 
   std::string planPath, dir, fromDir, fault;
-  int64_t seed = -1, faultRank = -1;
+  int64_t seed = -1, faultRank = -1, scribbleSeed = -1;
   float step = 1.0f;
-  bool overwrite = false, noSync = false, allowExtra = false;
+  bool overwrite = false, noSync = false, allowExtra = false, async = false;
   auto seedCheck = CLI::Range(int64_t(0), int64_t(2147483647));
 
   CLI::App *save = app.add_subcommand("save", "Fill every rank's buffers from SEED and save them");
@@ -161,6 +165,13 @@ int run(int argc, char **argv) {
       ->check(seedCheck);
   save->add_option("--step", step, "Optimizer step count to store");
   save->add_flag("--overwrite", overwrite, "Replace an existing checkpoint atomically");
+  save->add_flag("--async", async,
+                 "Return to training once every byte is copied to host memory, write in the "
+                 "background, and print \"stall S s, total T s\"");
+  save->add_option("--scribble-after-return", scribbleSeed,
+                   "Testing: with --async, fill the buffers from SEED as soon as the save "
+                   "returns (the checkpoint must hold --fill's values)")
+      ->check(seedCheck);
   std::string statsPath;
   const char *statsHelp = "Write every rank's statistics to FILE as JSON (one writer)";
   save->add_option("--stats-json", statsPath, statsHelp);
@@ -263,17 +274,35 @@ int run(int argc, char **argv) {
   bool speaks = rank == checkpointer.root(); // the rank that reports for all
 
   if (save->parsed()) {
+    // A training job reserves the async save's snapshot at start-up, so
+    // that no save pays for it.
+    if (async)
+      if (Status status = checkpointer.reserveSnapshot(); !status)
+        return failHere(rank, size, command, status.failure());
     if (Status status = checkpointer.fill(static_cast<uint32_t>(seed)); !status)
       return failHere(rank, size, command, status.failure());
     SaveOptions options = saveOptions(threads, stagingMb);
     options.overwrite = overwrite;
     options.step = step;
     options.progress = progressPrinter("save", speaks);
-    Result<TransferStats> stats = checkpointer.save(dir, options);
+    Result<TransferStats> stats = makeError("no save ran", ErrorKind::Internal);
+    if (async) {
+      Result<std::shared_ptr<PendingSave>> started = checkpointer.saveAsync(dir, options);
+      if (!started)
+        return failHere(rank, size, command, started.failure());
+      // Training goes on: the buffers change while the save writes.
+      Status scribbled =
+          scribbleSeed >= 0 ? checkpointer.fill(static_cast<uint32_t>(scribbleSeed)) : Status();
+      stats = (*started)->wait();
+      if (stats && !scribbled)
+        return failHere(rank, size, command, scribbled.failure());
+    } else {
+      stats = checkpointer.save(dir, options);
+    }
     if (!stats)
       return fail(&checkpointer, command, stats.failure());
     if (Status status = reportStats(checkpointer, *stats, checkpointer.root(), "save",
-                                    "saved " + dir, "from", statsPath);
+                                    "saved " + dir, "from", statsPath, "", async);
         !status)
       return failHere(rank, size, command, status.failure());
     return 0;

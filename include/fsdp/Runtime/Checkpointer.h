@@ -6,22 +6,64 @@
 // the buffers (allocated here or bound to the caller's memory), and save,
 // load, fill and check with the plan's committing rank deciding for all.
 //
+// An async save (saveAsync) returns once every byte it saves has been
+// copied into a host snapshot the checkpointer owns: from then on the
+// caller may change its buffers. The writes, fsync and commit run on a
+// background thread over the checkpointer's communicator; wait() gives
+// their outcome. Every other collective call (save, saveAsync, load, check)
+// first waits for a save still running, so a second save waits for the
+// first; a save from elsewhere to the same target still fails busy.
+//
 //===----------------------------------------------------------------------===//
 #ifndef FSDP_RUNTIME_CHECKPOINTER_H
 #define FSDP_RUNTIME_CHECKPOINTER_H
 
 #include "fsdp/Runtime/Checkpoint.h"
 
+#include <atomic>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 
 namespace fsdp {
 namespace runtime {
 
+class SaveSnapshot;
+
+/// A save running in the background (Checkpointer::saveAsync).
+class PendingSave {
+public:
+  ~PendingSave();
+  PendingSave(const PendingSave &) = delete;
+  PendingSave &operator=(const PendingSave &) = delete;
+
+  /// Waits for the writes, fsync and commit; the same outcome on every call.
+  /// Its stallSeconds is how long saveAsync held the caller.
+  Result<TransferStats> wait();
+  /// True once the outcome is known (wait() will not block).
+  bool done() const { return done_.load(); }
+  /// How long saveAsync held the caller (waiting for an earlier save, then
+  /// copying into the snapshot).
+  double stallSeconds() const { return stallSeconds_; }
+
+private:
+  friend class Checkpointer;
+  PendingSave() = default;
+  std::thread thread_;
+  std::once_flag joined_;
+  std::optional<Result<TransferStats>> outcome_;
+  std::atomic<bool> done_{false};
+  double stallSeconds_ = 0;
+};
+
 class Checkpointer {
 public:
+  /// Waits for a save still running in the background.
+  ~Checkpointer();
+
   /// Opens `planPath` for `comm`'s rank over `storage` (POSIX when null).
   /// Fails (invalid argument) when the plan is for another world size.
   static Result<std::unique_ptr<Checkpointer>> open(const std::string &planPath,
@@ -55,6 +97,19 @@ public:
   Result<RankBuffers *> buffers();
 
   Result<TransferStats> save(const std::string &dir, SaveOptions options = {});
+  /// Starts a save and returns once every byte it saves is copied into the
+  /// snapshot (host memory of this rank's saved bytes, reserved by the
+  /// first async save or by reserveSnapshot, and reused); the rest runs in
+  /// the background. Errors, this rank's or another's, come from wait().
+  /// Fails at once (nothing started) only when the communicator may not be
+  /// used from another thread (MPI initialized without MPI_THREAD_MULTIPLE).
+  Result<std::shared_ptr<PendingSave>> saveAsync(const std::string &dir, SaveOptions options = {});
+  /// Reserves (and touches) the async save's snapshot now, so that the
+  /// first async save does not pay for it.
+  Status reserveSnapshot();
+  /// Waits for a save still running in the background (none: returns at
+  /// once); its outcome stays with its PendingSave.
+  void waitForPendingSave();
   Result<LoadResult> load(const std::string &dir, LoadOptions options = {});
   /// The deterministic test values (docs/TestValues.md).
   Status fill(uint32_t seed);
@@ -63,15 +118,16 @@ public:
 
 private:
   Checkpointer(plan::PlanFile planFile, std::unique_ptr<Communicator> comm,
-               std::unique_ptr<Storage> storage)
-      : planFile_(std::move(planFile)), comm_(std::move(comm)), storage_(std::move(storage)) {}
+               std::unique_ptr<Storage> storage);
 
   plan::PlanFile planFile_;
   plan::RankPlan plan_;
   std::unique_ptr<Communicator> comm_;
   std::unique_ptr<Storage> storage_;
   std::shared_ptr<MemoryBackend> backend_;
-  std::unique_ptr<StagingPool> staging_; // made by the first save that needs it
+  std::unique_ptr<StagingPool> staging_;   // made by the first save that needs it
+  std::unique_ptr<SaveSnapshot> snapshot_; // made by the first async save
+  std::shared_ptr<PendingSave> pending_;
   std::map<std::pair<int32_t, plan::BufferRole>, void *> bound_;
   std::optional<RankBuffers> buffers_;
 };

@@ -1,0 +1,167 @@
+//===- AsyncSaveTest.cpp - Saves that return once the bytes are copied ----===//
+//
+// Checkpointer::saveAsync on thread-group ranks: the caller overwrites its
+// buffers as soon as the save returns and the checkpoint still holds the
+// values it had then (host buffers and simulated device buffers); a second
+// save waits for the first; every error, any rank's, comes out of wait() on
+// every rank. (ThreadSanitizer runs these: scripts/tsan.sh.)
+//
+//===----------------------------------------------------------------------===//
+
+#include "MultiRank.h"
+
+using namespace fsdp;
+using namespace fsdp::runtime;
+using namespace fsdp::multirank;
+using fsdp::testmodels::makeGroup;
+using fsdp::testmodels::workedExample;
+
+namespace {
+
+/// A model with items of about 1 MB per rank, so a save takes a while.
+plan::ModelLayout largerModel(int64_t ranks) {
+  plan::ModelLayout model = workedExample({ranks});
+  model.groups[0] = makeGroup("", {{"big"}, {"small"}}, {{300, 1000}, {7}}, {ranks},
+                              {layout::Placement::Shard});
+  model.optimizerParams = {"big", "small"};
+  return model;
+}
+
+Status statusOf(const Result<TransferStats> &result) {
+  return result ? Status::success() : Status(result.failure());
+}
+
+/// Every rank: fill SEED, start an async save, overwrite its buffers with
+/// SEED + 1 at once, wait. The checkpoint must hold SEED's values.
+void overwriteAfterReturn(const BackendOf &backendOf) {
+  std::string work = tempDir();
+  ASSERT_FALSE(work.empty());
+  plan::PlanFile two = planFor(largerModel(2));
+  PerRank<Status> saved(2);
+  PerRank<double> stalls(2), totals(2);
+  onRanks(2, [&](int64_t rank, std::unique_ptr<Communicator> comm) {
+    Result<std::unique_ptr<Checkpointer>> opened =
+        openAndAllocate(two, std::move(comm), nullptr, backendOf);
+    ASSERT_TRUE(opened) << opened.error();
+    Checkpointer &checkpointer = **opened;
+    ASSERT_TRUE(checkpointer.fill(41));
+    Result<std::shared_ptr<PendingSave>> pending = checkpointer.saveAsync(work + "/ckpt");
+    ASSERT_TRUE(pending) << pending.error();
+    Status status = checkpointer.fill(42); // training goes on
+    Result<TransferStats> stats = (*pending)->wait();
+    if (status)
+      status = statusOf(stats);
+    if (stats) {
+      stalls.values[rank] = stats->stallSeconds;
+      totals.values[rank] = stats->seconds;
+      EXPECT_EQ(stats->stallSeconds, (*pending)->stallSeconds());
+    }
+    EXPECT_TRUE((*pending)->done());
+    // The same outcome again, and the buffers keep the new values.
+    EXPECT_EQ(statusOf((*pending)->wait()).error(), status.error());
+    if (status)
+      status = checkpointer.check(42);
+    saved.values[rank] = status;
+  });
+  expectAllOk(saved.values);
+  for (int64_t rank = 0; rank < 2; ++rank)
+    EXPECT_LE(stalls.values[rank], totals.values[rank]);
+  expectAllOk(loadOnRanks(two, work + "/ckpt", 41));
+  expectAllOk(loadOnRanks(planFor(largerModel(3)), work + "/ckpt", 41));
+  std::string problems;
+  std::unique_ptr<Storage> storage = createPosixStorage();
+  Status verified = verifyCheckpoint(work + "/ckpt", *storage, problems);
+  EXPECT_TRUE(verified) << verified.error() << "\n" << problems;
+  (void)storage->removeTree(work);
+}
+
+TEST(AsyncSave, BuffersOverwrittenAfterReturnKeepTheSavedValues) { overwriteAfterReturn({}); }
+
+TEST(AsyncSave, DeviceBuffersOverwrittenAfterReturnKeepTheSavedValues) {
+  overwriteAfterReturn(slowDevice);
+}
+
+TEST(AsyncSave, ASecondSaveWaitsForTheFirstAndReusesTheSnapshot) {
+  std::string work = tempDir();
+  ASSERT_FALSE(work.empty());
+  plan::PlanFile two = planFor(largerModel(2));
+  PerRank<Status> saved(2);
+  onRanks(2, [&](int64_t rank, std::unique_ptr<Communicator> comm) {
+    Result<std::unique_ptr<Checkpointer>> opened =
+        openAndAllocate(two, std::move(comm), nullptr, {});
+    ASSERT_TRUE(opened) << opened.error();
+    Checkpointer &checkpointer = **opened;
+    ASSERT_TRUE(checkpointer.reserveSnapshot());
+    ASSERT_TRUE(checkpointer.fill(51));
+    SaveOptions options;
+    options.threads = 2;
+    Result<std::shared_ptr<PendingSave>> first = checkpointer.saveAsync(work + "/a", options);
+    ASSERT_TRUE(first) << first.error();
+    ASSERT_TRUE(checkpointer.fill(52));
+    Result<std::shared_ptr<PendingSave>> second = checkpointer.saveAsync(work + "/b", options);
+    ASSERT_TRUE(second) << second.error();
+    // The second started only after the first had ended.
+    EXPECT_TRUE((*first)->done());
+    Status status = statusOf((*first)->wait());
+    if (status)
+      status = statusOf((*second)->wait());
+    // A synchronous save after an async one waits for it too.
+    if (status) {
+      Result<std::shared_ptr<PendingSave>> third = checkpointer.saveAsync(work + "/c");
+      status = third ? statusOf(checkpointer.save(work + "/d")) : Status(third.failure());
+      if (status)
+        status = statusOf((*third)->wait());
+    }
+    saved.values[rank] = status;
+  });
+  expectAllOk(saved.values);
+  expectAllOk(loadOnRanks(two, work + "/a", 51));
+  for (const char *dir : {"/b", "/c", "/d"})
+    expectAllOk(loadOnRanks(two, work + dir, 52));
+  (void)createPosixStorage()->removeTree(work);
+}
+
+TEST(AsyncSave, ErrorsOfAnyRankComeFromWaitOnEveryRank) {
+  std::string work = tempDir();
+  ASSERT_FALSE(work.empty());
+  plan::PlanFile two = planFor(workedExample({2}));
+  expectAllOk(saveOnRanks(two, work + "/exists", 61));
+  // The target exists and no overwrite was asked for.
+  PerRank<Status> exists(2);
+  onRanks(2, [&](int64_t rank, std::unique_ptr<Communicator> comm) {
+    Result<std::unique_ptr<Checkpointer>> opened =
+        openAndAllocate(two, std::move(comm), nullptr, {});
+    ASSERT_TRUE(opened) << opened.error();
+    Result<std::shared_ptr<PendingSave>> pending = (*opened)->saveAsync(work + "/exists");
+    ASSERT_TRUE(pending) << pending.error();
+    exists.values[rank] = statusOf((*pending)->wait());
+  });
+  expectAllFailWith(exists.values, "a checkpoint already exists", ErrorKind::InvalidArgument);
+  // Rank 1 has no buffers: its snapshot fails, and so does every rank.
+  PerRank<Status> unbound(2);
+  onRanks(2, [&](int64_t rank, std::unique_ptr<Communicator> comm) {
+    Result<std::unique_ptr<Checkpointer>> opened = Checkpointer::open(two, std::move(comm));
+    ASSERT_TRUE(opened) << opened.error();
+    if (rank == 0)
+      ASSERT_TRUE((*opened)->allocate());
+    Result<std::shared_ptr<PendingSave>> pending = (*opened)->saveAsync(work + "/unbound");
+    ASSERT_TRUE(pending) << pending.error();
+    unbound.values[rank] = statusOf((*pending)->wait());
+  });
+  expectAllFailWith(unbound.values, "rank 1: ", ErrorKind::InvalidArgument);
+  std::unique_ptr<Storage> storage = createPosixStorage();
+  EXPECT_FALSE(storage->exists(work + "/unbound"));
+  EXPECT_FALSE(storage->exists(work + "/unbound.fsdp-staging"));
+  // The checkpointer's destructor waits for a save nobody waited for.
+  onRanks(2, [&](int64_t, std::unique_ptr<Communicator> comm) {
+    Result<std::unique_ptr<Checkpointer>> opened =
+        openAndAllocate(two, std::move(comm), nullptr, {});
+    ASSERT_TRUE(opened) << opened.error();
+    ASSERT_TRUE((*opened)->fill(62));
+    ASSERT_TRUE((*opened)->saveAsync(work + "/unwaited"));
+  });
+  expectAllOk(loadOnRanks(two, work + "/unwaited", 62));
+  (void)storage->removeTree(work);
+}
+
+} // namespace
