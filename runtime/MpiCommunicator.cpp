@@ -24,6 +24,9 @@ Status mpiCheck(int code, const char *what) {
   return makeError(std::string(what) + " failed: " + std::string(text, length));
 }
 
+/// True when MPI was initialized here (and is the runtime's alone).
+bool initializedByRuntime = false;
+
 class MpiCommunicator : public Communicator {
 public:
   /// Over `comm`; frees it when destroyed if `owned` (made by split).
@@ -58,7 +61,11 @@ public:
   bool usableFromAnotherThread() const override {
     int provided = MPI_THREAD_SINGLE;
     MPI_Query_thread(&provided);
-    return provided == MPI_THREAD_MULTIPLE;
+    // SERIALIZED suffices when the runtime initialized MPI: nothing else in
+    // the process calls it, and the checkpointer never runs two collectives
+    // at once. A caller's MPI may be in use on the caller's thread.
+    return provided == MPI_THREAD_MULTIPLE ||
+           (provided == MPI_THREAD_SERIALIZED && initializedByRuntime);
   }
   Status barrier() override { return mpiCheck(MPI_Barrier(comm_), "MPI_Barrier"); }
 
@@ -131,11 +138,13 @@ Result<std::unique_ptr<Communicator>> createMpiCommunicator(int *argc, char ***a
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) {
-    // Threads: an async save's background runs collectives while the
-    // caller's thread goes on.
+    // An async save's collectives run on its background thread, one at a
+    // time. (SERIALIZED, not MULTIPLE: Open MPI 4.1 in MULTIPLE mode now
+    // and then ends a process "improperly" after MPI_Finalize.)
     int provided = MPI_THREAD_SINGLE;
-    if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
       return makeError("MPI_Init_thread failed");
+    initializedByRuntime = true;
     std::atexit(finalizeAtExit);
   }
   // Errors come back as codes we turn into messages, not aborts.

@@ -55,6 +55,15 @@ int main(int argc, char **argv) {
     Status done = (*saver)->allocate();
     if (done)
       done = (*saver)->fill(seed);
+    // MPI_Init gave MPI_THREAD_SINGLE: an async save is refused at once,
+    // nothing started, and the synchronous one goes on.
+    if (done) {
+      Result<std::shared_ptr<PendingSave>> async = (*saver)->saveAsync(dir);
+      if (async || async.kind() != ErrorKind::InvalidArgument ||
+          async.error().find("MPI_THREAD_MULTIPLE") == std::string::npos)
+        done = makeError("an async save over a single-threaded MPI was not refused: " +
+                         (async ? std::string("it started") : async.error()));
+    }
     if (done) {
       Result<TransferStats> saved = (*saver)->save(dir);
       done = saved ? Status::success() : Status(saved.failure());

@@ -102,7 +102,7 @@ public:
   /// first async save or by reserveSnapshot, and reused); the rest runs in
   /// the background. Errors, this rank's or another's, come from wait().
   /// Fails at once (nothing started) only when the communicator may not be
-  /// used from another thread (MPI initialized without MPI_THREAD_MULTIPLE).
+  /// used from another thread (a caller's MPI without MPI_THREAD_MULTIPLE).
   Result<std::shared_ptr<PendingSave>> saveAsync(const std::string &dir, SaveOptions options = {});
   /// Reserves (and touches) the async save's snapshot now, so that the
   /// first async save does not pay for it.

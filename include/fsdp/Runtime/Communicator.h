@@ -39,8 +39,8 @@ public:
   /// ranked by (`key`, rank). E.g. the replica groups of an HSDP mesh.
   virtual Result<std::unique_ptr<Communicator>> split(int64_t color, int64_t key) = 0;
   /// Whether another thread may run this communicator's collectives while
-  /// the caller's thread goes on (an async save's background); MPI needs
-  /// MPI_THREAD_MULTIPLE for that.
+  /// the caller's thread goes on (an async save's background): a caller's
+  /// MPI needs MPI_THREAD_MULTIPLE for that.
   virtual bool usableFromAnotherThread() const { return true; }
 };
 

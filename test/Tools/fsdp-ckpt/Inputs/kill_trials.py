@@ -26,18 +26,6 @@ def run(argv, **kwargs):
     return subprocess.run(argv, capture_output=True, text=True, **kwargs)
 
 
-def load(argv):
-    """A load; run again once when it failed without a word from fsdp-ckpt
-    (the launcher's failure: after a killed job, mpirun rarely fails to
-    start the next one), so that only the runtime's verdict counts."""
-    result = run(argv)
-    if result.returncode and "fsdp-ckpt" not in result.stderr:
-        print(f"note: mpirun failed without fsdp-ckpt's word, ran again: {result.stderr[:200]!r}",
-              file=sys.stderr)
-        result = run(argv)
-    return result
-
-
 def main(ckpt, plan, world, root, trials, seed, asynchronous):
     rng = random.Random(seed)
     extra = ["--async", "--scribble-after-return", str(SCRIBBLE)] if asynchronous else []
@@ -55,12 +43,12 @@ def main(ckpt, plan, world, root, trials, seed, asynchronous):
         save = run(mpirun + [ckpt, "save", "--plan", plan, "--dir", root, "--fill", str(NEW),
                              "--overwrite", "--inject-fault", fault, "--inject-fault-rank", str(rank)] + extra,
                    timeout=120)
-        old = load(mpirun + [ckpt, "load", "--plan", plan, "--dir", root, "--check", str(OLD)])
+        old = run(mpirun + [ckpt, "load", "--plan", plan, "--dir", root, "--check", str(OLD)])
         if old.returncode == 0:
             outcomes["old"] += 1
         else:
             # Only a save that completed may have replaced the checkpoint.
-            new = load(mpirun + [ckpt, "load", "--plan", plan, "--dir", root, "--check", str(NEW)])
+            new = run(mpirun + [ckpt, "load", "--plan", plan, "--dir", root, "--check", str(NEW)])
             verified = run([ckpt, "verify", root])
             if save.returncode != 0 or new.returncode or verified.returncode:
                 print(f"FAIL: trial {trial} ({fault} on rank {rank}): the checkpoint is neither "
