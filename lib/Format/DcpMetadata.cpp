@@ -514,18 +514,37 @@ private:
   size_t count_ = 0;
 };
 
-void emitSize(pickle::Writer &w, const Dims &dims) {
-  w.global("torch", "Size");
+using MemoSlot = pickle::Writer::MemoSlot;
+
+/// Memo slots of the names every chunk and storage entry repeats: millions
+/// of times in a large world's `.metadata`.
+struct RepeatedNames {
+  MemoSlot torchSize, chunkClass, indexClass, storageInfoClass;
+  MemoSlot offsets, sizes, fqn, index, offset, relativePath, length;
+};
+
+void emitSize(pickle::Writer &w, const Dims &dims, MemoSlot &torchSize) {
+  w.global("torch", "Size", torchSize);
   w.intTuple(dims);
   w.tupleOf(1);
   w.reduce();
 }
 
+void emitSize(pickle::Writer &w, const Dims &dims) {
+  MemoSlot torchSize;
+  emitSize(w, dims, torchSize);
+}
+
 /// cls.__new__(cls), as CPython pickles a dataclass.
-void emitNewObject(pickle::Writer &w, const char *module, const char *cls) {
-  w.global(module, cls);
+void emitNewObject(pickle::Writer &w, const char *module, const char *cls, MemoSlot &slot) {
+  w.global(module, cls, slot);
   w.emptyTuple();
   w.newObj();
+}
+
+void emitNewObject(pickle::Writer &w, const char *module, const char *cls) {
+  MemoSlot slot;
+  emitNewObject(w, module, cls, slot);
 }
 
 void emitOptionalString(pickle::Writer &w, const std::optional<std::string> &s) {
@@ -553,78 +572,81 @@ void emitProperties(pickle::Writer &w, const TensorProperties &p) {
   w.build();
 }
 
-void emitStorageMetadata(pickle::Writer &w, const StorageMetadata &m) {
-  if (m.isBytes) {
-    emitNewObject(w, kMetadataModule, "BytesStorageMetadata");
-    return;
-  }
+/// A TensorStorageMetadata up to its (still open) chunk list; the chunks
+/// follow, then closeTensorStorage.
+void openTensorStorage(pickle::Writer &w, const TensorProperties &properties, const Dims &size) {
   emitNewObject(w, kMetadataModule, "TensorStorageMetadata");
   w.emptyDict();
   w.mark();
   w.sharedString("properties");
-  emitProperties(w, m.properties);
+  emitProperties(w, properties);
   w.sharedString("size");
-  emitSize(w, m.size);
+  emitSize(w, size);
   w.sharedString("chunks");
   w.emptyList();
-  Batched chunks(w, /*dict=*/false);
-  for (const ChunkMetadata &chunk : m.chunks) {
-    chunks.beforeItem();
-    emitNewObject(w, kMetadataModule, "ChunkStorageMetadata");
-    w.emptyDict();
-    w.mark();
-    w.sharedString("offsets");
-    emitSize(w, chunk.offsets);
-    w.sharedString("sizes");
-    emitSize(w, chunk.sizes);
-    w.setItems();
-    w.build();
-    chunks.afterItem();
-  }
-  chunks.flush();
+}
+
+void emitChunk(pickle::Writer &w, RepeatedNames &names, const Dims &offsets, const Dims &sizes) {
+  emitNewObject(w, kMetadataModule, "ChunkStorageMetadata", names.chunkClass);
+  w.emptyDict();
+  w.mark();
+  w.sharedString("offsets", names.offsets);
+  emitSize(w, offsets, names.torchSize);
+  w.sharedString("sizes", names.sizes);
+  emitSize(w, sizes, names.torchSize);
   w.setItems();
   w.build();
 }
 
-void emitIndex(pickle::Writer &w, const MetadataIndex &index) {
-  emitNewObject(w, kMetadataModule, "MetadataIndex");
+void closeTensorStorage(pickle::Writer &w) {
+  w.setItems();
+  w.build();
+}
+
+/// `fqnSlot` is the key's own slot: a key recurs once per chunk.
+void emitIndex(pickle::Writer &w, RepeatedNames &names, std::string_view fqn, MemoSlot &fqnSlot,
+               const Dims *offsets, std::optional<int64_t> index) {
+  emitNewObject(w, kMetadataModule, "MetadataIndex", names.indexClass);
   w.emptyDict();
   w.mark();
-  w.sharedString("fqn");
-  w.sharedString(index.fqn);
-  w.sharedString("index");
-  if (index.index)
-    w.integer(*index.index);
+  w.sharedString("fqn", names.fqn);
+  w.sharedString(fqn, fqnSlot);
+  w.sharedString("index", names.index);
+  if (index)
+    w.integer(*index);
   else
     w.none();
-  if (index.offset) { // absent for bytes items, as PyTorch writes them
-    w.sharedString("offset");
-    emitSize(w, *index.offset);
+  if (offsets) { // absent for bytes items, as PyTorch writes them
+    w.sharedString("offset", names.offset);
+    emitSize(w, *offsets, names.torchSize);
   }
   w.setItems();
   w.build();
 }
 
-void emitStorageInfo(pickle::Writer &w, const StorageInfo &info) {
-  emitNewObject(w, kFilesystemModule, "_StorageInfo");
+/// `pathSlot` is the file name's slot: a file holds many items.
+void emitStorageInfo(pickle::Writer &w, RepeatedNames &names, std::string_view relativePath,
+                     MemoSlot &pathSlot, uint64_t offset, uint64_t length,
+                     const std::vector<std::string> *transformDescriptors) {
+  emitNewObject(w, kFilesystemModule, "_StorageInfo", names.storageInfoClass);
   w.emptyDict();
   w.mark();
-  w.sharedString("relative_path");
-  w.sharedString(info.relativePath);
-  w.sharedString("offset");
-  w.integer(static_cast<int64_t>(info.offset));
-  w.sharedString("length");
-  w.integer(static_cast<int64_t>(info.length));
-  if (info.transformDescriptors) {
+  w.sharedString("relative_path", names.relativePath);
+  w.sharedString(relativePath, pathSlot);
+  w.sharedString("offset", names.offset);
+  w.integer(static_cast<int64_t>(offset));
+  w.sharedString("length", names.length);
+  w.integer(static_cast<int64_t>(length));
+  if (transformDescriptors) {
     w.sharedString("transform_descriptors");
     w.emptyList();
-    Batched names(w, /*dict=*/false);
-    for (const std::string &name : *info.transformDescriptors) {
-      names.beforeItem();
+    Batched descriptors(w, /*dict=*/false);
+    for (const std::string &name : *transformDescriptors) {
+      descriptors.beforeItem();
       w.sharedString(name);
-      names.afterItem();
+      descriptors.afterItem();
     }
-    names.flush();
+    descriptors.flush();
   }
   w.setItems();
   w.build();
@@ -907,68 +929,343 @@ Result<Metadata> parseMetadata(std::string_view bytes) {
 Result<std::string> serializeMetadata(const Metadata &metadata) {
   if (Status s = validateMetadata(metadata); !s)
     return s.failure();
-  pickle::Writer w;
-  emitNewObject(w, kMetadataModule, "Metadata");
-  w.emptyDict();
-  w.mark();
-
-  w.sharedString("state_dict_metadata");
-  w.emptyDict();
-  Batched entries(w, /*dict=*/true);
+  std::string out;
+  MetadataStreamWriter writer([&](std::string_view bytes) {
+    out.append(bytes);
+    return Status::success();
+  });
   for (const auto &[fqn, entry] : metadata.stateDictMetadata) {
-    entries.beforeItem();
-    w.sharedString(fqn);
-    emitStorageMetadata(w, entry);
-    entries.afterItem();
-  }
-  entries.flush();
-
-  w.sharedString("planner_data");
-  if (metadata.plannerData) {
-    w.emptyDict();
-    Batched paths(w, /*dict=*/true);
-    for (const auto &[key, parts] : *metadata.plannerData) {
-      paths.beforeItem();
-      w.sharedString(key);
-      w.mark();
-      for (const PathPart &part : parts) {
-        if (const auto *s = std::get_if<std::string>(&part))
-          w.sharedString(*s);
-        else
-          w.integer(std::get<int64_t>(part));
-      }
-      w.tupleFromMark();
-      paths.afterItem();
+    if (entry.isBytes) {
+      writer.bytesItem(fqn);
+      continue;
     }
-    paths.flush();
+    writer.tensor(fqn, entry.properties, entry.size);
+    for (const ChunkMetadata &chunk : entry.chunks)
+      writer.chunk(chunk.offsets, chunk.sizes);
+  }
+  if (metadata.plannerData) {
+    writer.plannerData();
+    for (const auto &[key, parts] : *metadata.plannerData)
+      writer.plannerPath(key, parts);
   } else {
-    w.none();
+    writer.noPlannerData();
   }
-
-  w.sharedString("storage_data");
-  w.emptyDict();
-  Batched storage(w, /*dict=*/true);
-  for (const auto &[index, info] : metadata.storageData) {
-    storage.beforeItem();
-    emitIndex(w, index);
-    emitStorageInfo(w, info);
-    storage.afterItem();
-  }
-  storage.flush();
-
-  w.sharedString("storage_meta");
-  if (metadata.storageMeta)
-    emitStorageMeta(w, *metadata.storageMeta);
-  else
-    w.none();
-
-  w.sharedString("version");
-  emitOptionalString(w, metadata.version);
-
-  w.setItems();
-  w.build();
-  return w.finish();
+  for (const auto &[index, info] : metadata.storageData)
+    writer.storage(index.fqn, index.offset ? &*index.offset : nullptr, index.index,
+                   info.relativePath, info.offset, info.length,
+                   info.transformDescriptors ? &*info.transformDescriptors : nullptr);
+  Result<uint64_t> written = writer.finish(metadata.storageMeta, metadata.version);
+  if (!written)
+    return written.failure();
+  return out;
 }
+
+//===----------------------------------------------------------------------===//
+// Streaming
+//===----------------------------------------------------------------------===//
+
+class MetadataStreamWriter::Impl {
+public:
+  Impl(ByteSink sink, size_t blockBytes)
+      : sink_(std::move(sink)), blockBytes_(blockBytes), entries_(w_, /*dict=*/true),
+        chunks_(w_, /*dict=*/false), paths_(w_, /*dict=*/true), storage_(w_, /*dict=*/true) {
+    emitNewObject(w_, kMetadataModule, "Metadata");
+    w_.emptyDict();
+    w_.mark();
+    w_.sharedString("state_dict_metadata");
+    w_.emptyDict();
+  }
+
+  void tensor(std::string_view fqn, const TensorProperties &properties, const Dims &size) {
+    if (!beginEntry(fqn, /*isBytes=*/false, size))
+      return;
+    w_.sharedString(fqn, current_->fqnSlot);
+    openTensorStorage(w_, properties, size);
+    inTensor_ = true;
+  }
+
+  void chunk(const Dims &offsets, const Dims &sizes) {
+    if (failed_)
+      return;
+    if (!inTensor_)
+      return fail(makeError("dcp metadata writer: a chunk outside a tensor entry"));
+    const Dims &size = current_->size;
+    auto chunkError = [&](const std::string &what) {
+      fail(corruptMetadata("dcp metadata: '" + current_->fqn + "' chunk at " + dimsText(offsets) +
+                           " size " + dimsText(sizes) + ": " + what));
+    };
+    if (offsets.size() != size.size() || sizes.size() != size.size())
+      return chunkError("rank differs from the tensor's " + dimsText(size));
+    for (size_t d = 0; d < size.size(); ++d)
+      if (offsets[d] < 0 || sizes[d] < 0 || offsets[d] > size[d] || sizes[d] > size[d] - offsets[d])
+        return chunkError("outside the tensor " + dimsText(size));
+    if (++current_->chunks >= UINT32_MAX)
+      return fail(corruptMetadata("dcp metadata: '" + current_->fqn + "' has too many chunks"));
+    chunks_.beforeItem();
+    emitChunk(w_, names_, offsets, sizes);
+    chunks_.afterItem();
+    drain();
+  }
+
+  void bytesItem(std::string_view fqn) {
+    if (!beginEntry(fqn, /*isBytes=*/true, {}))
+      return;
+    w_.sharedString(fqn, current_->fqnSlot);
+    emitNewObject(w_, kMetadataModule, "BytesStorageMetadata");
+    entries_.afterItem();
+    drain();
+  }
+
+  void plannerData(bool present) {
+    if (failed_)
+      return;
+    if (section_ != Section::StateDict)
+      return fail(makeError("dcp metadata writer: planner_data given twice or too late"));
+    endStateDict();
+    w_.sharedString("planner_data");
+    present ? w_.emptyDict() : w_.none();
+    section_ = Section::PlannerData;
+    plannerIsDict_ = present;
+  }
+
+  void plannerPath(std::string_view key, const std::vector<PathPart> &parts) {
+    if (failed_)
+      return;
+    if (section_ != Section::PlannerData || !plannerIsDict_)
+      return fail(makeError("dcp metadata writer: a planner_data path outside planner_data"));
+    paths_.beforeItem();
+    w_.sharedString(key);
+    w_.mark();
+    for (const PathPart &part : parts) {
+      if (const auto *s = std::get_if<std::string>(&part))
+        w_.sharedString(*s);
+      else
+        w_.integer(std::get<int64_t>(part));
+    }
+    w_.tupleFromMark();
+    paths_.afterItem();
+    drain();
+  }
+
+  void storage(std::string_view fqn, const Dims *offsets, std::optional<int64_t> index,
+               std::string_view relativePath, uint64_t offset, uint64_t length,
+               const std::vector<std::string> *transformDescriptors) {
+    if (failed_ || !beginStorage())
+      return;
+    auto where = [&]() {
+      return "dcp metadata: storage_data entry '" + std::string(fqn) + "'" +
+             (offsets ? " at " + dimsText(*offsets) : "");
+    };
+    // The checks and messages of validateMetadata, as far as one entry shows.
+    if (relativePath.empty() || relativePath.find('/') != std::string_view::npos ||
+        relativePath.find('\\') != std::string_view::npos || relativePath == "." ||
+        relativePath == "..")
+      return fail(makeError(where() + ": relative_path '" + std::string(relativePath) +
+                            "' is not a plain file name"));
+    lookupKey_.assign(fqn);
+    auto found = keys_.find(lookupKey_);
+    if (found == keys_.end() || found->second.isBytes == (offsets != nullptr) ||
+        (offsets && offsets->size() != found->second.size.size()))
+      return fail(makeError(where() + " matches no chunk of state_dict_metadata"));
+    ++found->second.stored;
+    if (length > std::numeric_limits<uint64_t>::max() - offset ||
+        offset + length > uint64_t(std::numeric_limits<int64_t>::max()))
+      return fail(makeError(where() + ": byte range overflows"));
+    if (relativePath != lastPath_) {
+      lastPath_.assign(relativePath);
+      lastPathSlot_ = MemoSlot();
+    }
+    storage_.beforeItem();
+    emitIndex(w_, names_, fqn, found->second.fqnSlot, offsets, index);
+    emitStorageInfo(w_, names_, relativePath, lastPathSlot_, offset, length, transformDescriptors);
+    storage_.afterItem();
+    drain();
+  }
+
+  Result<uint64_t> finish(const std::optional<StorageMeta> &storageMeta,
+                          const std::optional<std::string> &version) {
+    if (section_ == Section::Done)
+      fail(makeError("dcp metadata writer: finish called twice"));
+    if (!failed_ && beginStorage()) {
+      storage_.flush();
+      // One storage entry per chunk (per bytes item): the counts must agree.
+      for (const KeyState *key : keyOrder_) {
+        uint64_t expected = key->isBytes ? 1 : key->chunks;
+        if (key->stored != expected) {
+          fail(corruptMetadata("dcp metadata: '" + key->fqn + "' has " + std::to_string(expected) +
+                               (key->isBytes ? " item" : " chunks") + " but " +
+                               std::to_string(key->stored) + " storage_data entries"));
+          break;
+        }
+      }
+    }
+    if (failed_)
+      return error_;
+    w_.sharedString("storage_meta");
+    if (storageMeta)
+      emitStorageMeta(w_, *storageMeta);
+    else
+      w_.none();
+    w_.sharedString("version");
+    emitOptionalString(w_, version);
+    w_.setItems();
+    w_.build();
+    section_ = Section::Done;
+    Result<std::string> rest = w_.finish();
+    if (!rest)
+      return rest.failure();
+    if (Status s = sink_(*rest); !s)
+      return s.failure();
+    written_ += rest->size();
+    return written_;
+  }
+
+  Status status() const {
+    if (failed_)
+      return error_;
+    return w_.status();
+  }
+
+private:
+  enum class Section { StateDict, PlannerData, StorageData, Done };
+  struct KeyState {
+    std::string fqn;
+    bool isBytes = false;
+    Dims size;
+    uint64_t chunks = 0;
+    uint64_t stored = 0; // storage_data entries
+    MemoSlot fqnSlot;
+  };
+
+  void fail(Error error) {
+    if (!failed_) {
+      failed_ = true;
+      error_ = std::move(error);
+    }
+  }
+
+  /// Hands the pending bytes to the sink once there is a block of them.
+  void drain() {
+    if (w_.pending().size() < blockBytes_ || failed_)
+      return;
+    if (Status s = w_.status(); !s)
+      return fail(s.failure());
+    if (Status s = sink_(w_.pending()); !s)
+      return fail(s.failure());
+    written_ += w_.pending().size();
+    w_.clearPending();
+  }
+
+  bool beginEntry(std::string_view fqn, bool isBytes, const Dims &size) {
+    if (failed_)
+      return false;
+    if (section_ != Section::StateDict) {
+      fail(makeError("dcp metadata writer: state_dict_metadata entry '" + std::string(fqn) +
+                     "' after planner_data"));
+      return false;
+    }
+    closeTensor();
+    auto [it, inserted] = keys_.try_emplace(std::string(fqn));
+    if (!inserted) {
+      fail(corruptMetadata("dcp metadata: key '" + std::string(fqn) + "' appears twice"));
+      return false;
+    }
+    for (int64_t dim : size)
+      if (dim < 0) {
+        fail(corruptMetadata("dcp metadata: '" + std::string(fqn) + "' has a negative size " +
+                             dimsText(size)));
+        return false;
+      }
+    KeyState &key = it->second;
+    key.fqn = it->first;
+    key.isBytes = isBytes;
+    key.size = size;
+    keyOrder_.push_back(&key);
+    current_ = &key;
+    entries_.beforeItem();
+    return true;
+  }
+
+  void closeTensor() {
+    if (!inTensor_)
+      return;
+    chunks_.flush();
+    closeTensorStorage(w_);
+    entries_.afterItem();
+    inTensor_ = false;
+    drain();
+  }
+
+  void endStateDict() {
+    closeTensor();
+    entries_.flush();
+  }
+
+  /// Opens storage_data once planner_data is done; false (failed) before.
+  bool beginStorage() {
+    if (section_ == Section::StorageData)
+      return true;
+    if (section_ != Section::PlannerData) {
+      fail(makeError("dcp metadata writer: storage_data before planner_data (call plannerData "
+                     "or noPlannerData first)"));
+      return false;
+    }
+    paths_.flush();
+    w_.sharedString("storage_data");
+    w_.emptyDict();
+    section_ = Section::StorageData;
+    return true;
+  }
+
+  pickle::Writer w_;
+  ByteSink sink_;
+  size_t blockBytes_;
+  uint64_t written_ = 0;
+  bool failed_ = false;
+  Error error_;
+  Section section_ = Section::StateDict;
+  bool inTensor_ = false;
+  bool plannerIsDict_ = false;
+  Batched entries_, chunks_, paths_, storage_;
+  // Node-based: pointers to values stay valid as keys are added.
+  std::unordered_map<std::string, KeyState> keys_;
+  std::vector<KeyState *> keyOrder_;
+  KeyState *current_ = nullptr;
+  std::string lookupKey_; // reused, so lookups do not allocate
+  RepeatedNames names_;
+  // Consecutive entries mostly share a file.
+  std::string lastPath_;
+  MemoSlot lastPathSlot_;
+};
+
+MetadataStreamWriter::MetadataStreamWriter(ByteSink sink, size_t blockBytes)
+    : impl_(std::make_unique<Impl>(std::move(sink), blockBytes)) {}
+MetadataStreamWriter::~MetadataStreamWriter() = default;
+
+void MetadataStreamWriter::tensor(std::string_view fqn, const TensorProperties &properties,
+                                  const Dims &size) {
+  impl_->tensor(fqn, properties, size);
+}
+void MetadataStreamWriter::chunk(const Dims &offsets, const Dims &sizes) {
+  impl_->chunk(offsets, sizes);
+}
+void MetadataStreamWriter::bytesItem(std::string_view fqn) { impl_->bytesItem(fqn); }
+void MetadataStreamWriter::plannerData() { impl_->plannerData(/*present=*/true); }
+void MetadataStreamWriter::noPlannerData() { impl_->plannerData(/*present=*/false); }
+void MetadataStreamWriter::plannerPath(std::string_view key, const std::vector<PathPart> &parts) {
+  impl_->plannerPath(key, parts);
+}
+void MetadataStreamWriter::storage(std::string_view fqn, const Dims *offsets,
+                                   std::optional<int64_t> index, std::string_view relativePath,
+                                   uint64_t offset, uint64_t length,
+                                   const std::vector<std::string> *transformDescriptors) {
+  impl_->storage(fqn, offsets, index, relativePath, offset, length, transformDescriptors);
+}
+Result<uint64_t> MetadataStreamWriter::finish(const std::optional<StorageMeta> &storageMeta,
+                                              const std::optional<std::string> &version) {
+  return impl_->finish(storageMeta, version);
+}
+Status MetadataStreamWriter::status() const { return impl_->status(); }
 
 } // namespace dcp
 } // namespace fsdp

@@ -971,6 +971,13 @@ Writer::Writer(Options options) : options_(options) {
 }
 
 void Writer::memoize() {
+  if (memoCount_ >= options_.memoLimit) {
+    if (error_.empty())
+      error_ = "pickle writer: more than " + std::to_string(options_.memoLimit) +
+               " memoized values; protocol 2 numbers memo entries with 32 bits "
+               "(LONG_BINPUT)";
+    return;
+  }
   if (memoCount_ < 256) {
     op(BINPUT);
     op(static_cast<uint8_t>(memoCount_));
@@ -1068,14 +1075,30 @@ void Writer::string(std::string_view text) {
 }
 
 void Writer::sharedString(std::string_view text) {
-  auto it = stringMemo_.find(std::string(text));
+  lookupKey_.assign(text);
+  auto it = stringMemo_.find(lookupKey_);
   if (it != stringMemo_.end()) {
     binGet(it->second);
     return;
   }
   writeString(text);
-  stringMemo_.emplace(std::string(text), memoCount_);
+  stringMemo_.emplace(lookupKey_, static_cast<uint32_t>(memoCount_));
   memoize();
+}
+
+void Writer::sharedString(std::string_view text, MemoSlot &slot) {
+  if (slot.set)
+    return binGet(slot.index);
+  sharedString(text);
+  // lookupKey_ still holds the text.
+  slot = {stringMemo_.find(lookupKey_)->second, true};
+}
+
+void Writer::global(std::string_view module, std::string_view name, MemoSlot &slot) {
+  if (slot.set)
+    return binGet(slot.index);
+  global(module, name);
+  slot = {globalMemo_.find(lookupKey_)->second, true};
 }
 
 void Writer::bytes(std::string_view data) {
@@ -1096,9 +1119,8 @@ void Writer::bytes(std::string_view data) {
 }
 
 void Writer::global(std::string_view module, std::string_view name) {
-  std::string key;
-  key.reserve(module.size() + name.size() + 1);
-  key.append(module).append(1, '\n').append(name);
+  std::string &key = lookupKey_;
+  key.assign(module).append(1, '\n').append(name);
   auto it = globalMemo_.find(key);
   if (it != globalMemo_.end()) {
     binGet(it->second);
@@ -1109,7 +1131,7 @@ void Writer::global(std::string_view module, std::string_view name) {
     error_ = "pickle writer: global name contains a newline";
   op(GLOBAL);
   out_.append(key).append(1, '\n');
-  globalMemo_.emplace(std::move(key), memoCount_);
+  globalMemo_.emplace(key, static_cast<uint32_t>(memoCount_));
   memoize();
 }
 
@@ -1292,6 +1314,12 @@ Status Writer::writeValue(const Value &v, unsigned maxDepth) {
     persistentId();
     break;
   }
+  return Status::success();
+}
+
+Status Writer::status() const {
+  if (!error_.empty())
+    return makeError(error_);
   return Status::success();
 }
 

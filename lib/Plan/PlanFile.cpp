@@ -3,6 +3,7 @@
 #include "PlanSchema_generated.h"
 
 #include <nlohmann/json.hpp>
+#include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -20,6 +21,81 @@ namespace {
 
 using flatbuffers::FlatBufferBuilder;
 using flatbuffers::Offset;
+
+static_assert(kMaxPlanFileBytes == FLATBUFFERS_MAX_BUFFER_SIZE,
+              "the plan file limit is FlatBuffers' buffer limit");
+
+std::string sizeText(uint64_t bytes) {
+  char text[32];
+  if (bytes >= (uint64_t(1) << 20))
+    std::snprintf(text, sizeof(text), "%.1f MiB", bytes / double(1 << 20));
+  else
+    std::snprintf(text, sizeof(text), "%llu bytes", static_cast<unsigned long long>(bytes));
+  return text;
+}
+
+/// The error for a plan past the FlatBuffers limit, saying what to do.
+Error tooLarge(uint64_t maxBytes, const std::string &what, const std::string &advice) {
+  return makeError("a plan file holds at most " + std::to_string(maxBytes) +
+                       " bytes (FlatBuffers' 32-bit offsets: 2 GiB) but " + what + ": " + advice,
+                   ErrorKind::InvalidArgument);
+}
+
+/// zlib's deflate fed piece by piece, so the `.metadata` of a large world is
+/// never held inflated.
+class Deflater {
+public:
+  Deflater() { ok_ = deflateInit(&stream_, Z_BEST_SPEED) == Z_OK; }
+  ~Deflater() {
+    if (ok_)
+      deflateEnd(&stream_);
+  }
+  Deflater(const Deflater &) = delete;
+  Deflater &operator=(const Deflater &) = delete;
+
+  Status write(std::string_view bytes) {
+    while (!bytes.empty()) {
+      // zlib counts in 32 bits.
+      size_t piece = std::min<size_t>(bytes.size(), size_t(1) << 30);
+      stream_.next_in = reinterpret_cast<Bytef *>(const_cast<char *>(bytes.data()));
+      stream_.avail_in = static_cast<uInt>(piece);
+      if (Status status = pump(Z_NO_FLUSH); !status)
+        return status;
+      bytes.remove_prefix(piece);
+    }
+    return Status::success();
+  }
+  Result<std::string> finish() {
+    stream_.avail_in = 0;
+    if (Status status = pump(Z_FINISH); !status)
+      return status.failure();
+    return std::move(out_);
+  }
+  size_t size() const { return out_.size(); }
+
+private:
+  Status pump(int flush) {
+    if (!ok_)
+      return makeError("deflate: cannot initialize zlib");
+    char buffer[1 << 16];
+    int rc;
+    do {
+      stream_.next_out = reinterpret_cast<Bytef *>(buffer);
+      stream_.avail_out = sizeof(buffer);
+      rc = deflate(&stream_, flush);
+      if (rc == Z_STREAM_ERROR)
+        return makeError("deflate failed");
+      out_.append(buffer, sizeof(buffer) - stream_.avail_out);
+    } while (stream_.avail_out == 0);
+    if (flush == Z_FINISH && rc != Z_STREAM_END)
+      return makeError("deflate did not finish");
+    return Status::success();
+  }
+
+  z_stream stream_{};
+  bool ok_ = false;
+  std::string out_;
+};
 
 //===----------------------------------------------------------------------===//
 // Writing
@@ -75,16 +151,27 @@ std::string buildRankPart(const RankPlan &plan) {
   return std::string(reinterpret_cast<const char *>(fbb.GetBufferPointer()), fbb.GetSize());
 }
 
-Result<std::string> buildGlobalPart(const ModelLayout &model, CheckpointPlanner &planner) {
-  Result<dcp::Metadata> metadata = planner.globalMetadata();
-  if (!metadata)
-    return metadata.failure();
-  Result<std::string> pickled = dcp::serializeMetadata(*metadata);
+Result<std::string> buildGlobalPart(const ModelLayout &model, CheckpointPlanner &planner,
+                                    uint64_t maxBytes) {
+  // The `.metadata` streams from the planner through deflate: at 16,384
+  // ranks it is ~670 MB inflated, ~40 MB deflated.
+  Deflater deflater;
+  Result<uint64_t> pickled = planner.streamGlobalMetadata([&](std::string_view bytes) -> Status {
+    if (Status status = deflater.write(bytes); !status)
+      return status;
+    if (deflater.size() > maxBytes)
+      return tooLarge(maxBytes, "the DCP .metadata alone passes that deflated",
+                      "the plan format cannot carry this checkpoint's .metadata");
+    return Status::success();
+  });
   if (!pickled)
     return pickled.failure();
-  FlatBufferBuilder fbb(pickled->size() + 4096);
+  Result<std::string> deflated = deflater.finish();
+  if (!deflated)
+    return deflated.failure();
+  FlatBufferBuilder fbb(deflated->size() + 4096);
   auto bytes =
-      fbb.CreateVector(reinterpret_cast<const uint8_t *>(pickled->data()), pickled->size());
+      fbb.CreateVector(reinterpret_cast<const uint8_t *>(deflated->data()), deflated->size());
   std::vector<Offset<fb::GroupInfo>> groups;
   for (const GroupSpec &group : model.groups)
     groups.push_back(
@@ -92,7 +179,10 @@ Result<std::string> buildGlobalPart(const ModelLayout &model, CheckpointPlanner 
                                   group.requiresGrad, group.chunk, group.size, group.shardSize));
   auto groupVector = fbb.CreateVector(groups);
   auto params = fbb.CreateVectorOfStrings(model.optimizerParams);
-  fbb.Finish(fb::CreateGlobalPart(fbb, bytes, groupVector, params));
+  fbb.Finish(fb::CreateGlobalPart(fbb, /*metadata=*/0, groupVector, params, bytes, *pickled));
+  if (fbb.GetSize() > maxBytes)
+    return tooLarge(maxBytes, "the global part is " + std::to_string(fbb.GetSize()) + " bytes",
+                    "the plan format cannot carry this checkpoint's .metadata");
   return std::string(reinterpret_cast<const char *>(fbb.GetBufferPointer()), fbb.GetSize());
 }
 
@@ -160,10 +250,17 @@ Offset<flatbuffers::Vector<uint8_t>> nestedVector(FlatBufferBuilder &fbb,
   return fbb.CreateVector(reinterpret_cast<const uint8_t *>(bytes.data()), bytes.size());
 }
 
-/// Serializes the parts of `ranks` (sorted, unique) with one planner.
+/// Serializes the parts of `ranks` (sorted, unique) with one planner. Fails
+/// as soon as a part would take the file past `maxBytes`, rather than build
+/// a buffer FlatBuffers cannot address.
 Result<std::string> serializePlan(const ModelLayout &model, CheckpointPlanner &planner,
                                   const std::vector<int64_t> &ranks, bool withGlobal,
-                                  int64_t commitRank) {
+                                  int64_t commitRank, uint64_t maxBytes) {
+  // What a file holds besides its parts: the root table, the mesh and, per
+  // part, a table, an offset and up to 8 bytes of alignment.
+  uint64_t overhead = 4096 + 64 * ranks.size();
+  for (const std::string &name : model.meshAxisNames)
+    overhead += name.size() + 16;
   FlatBufferBuilder fbb(1 << 16);
   std::vector<Offset<fb::RankPart>> parts;
   for (int64_t rank : ranks) {
@@ -171,14 +268,32 @@ Result<std::string> serializePlan(const ModelLayout &model, CheckpointPlanner &p
     if (!plan)
       return propagate(plan, "rank " + std::to_string(rank) + ": " + plan.error());
     std::string part = buildRankPart(*plan);
+    uint64_t projected = fbb.GetSize() + part.size() + overhead;
+    if (projected > maxBytes)
+      return tooLarge(maxBytes,
+                      "with rank " + std::to_string(rank) + " (part " +
+                          std::to_string(parts.size() + 1) + " of the " +
+                          std::to_string(ranks.size()) + " requested) this one passes " +
+                          sizeText(projected),
+                      "emit one file per rank (--plan-split-dir) or fewer ranks per file "
+                      "(--plan-ranks)");
     auto bytes = nestedVector(fbb, part);
     parts.push_back(fb::CreateRankPart(fbb, rank, bytes));
   }
   Offset<flatbuffers::Vector<uint8_t>> global;
   if (withGlobal) {
-    Result<std::string> part = buildGlobalPart(model, planner);
+    Result<std::string> part = buildGlobalPart(model, planner, maxBytes);
     if (!part)
       return part.failure();
+    uint64_t projected = fbb.GetSize() + part->size() + overhead;
+    if (projected > maxBytes)
+      return tooLarge(maxBytes,
+                      "with the committing rank's global part (the deflated .metadata, " +
+                          sizeText(part->size()) + ") this one passes " + sizeText(projected),
+                      ranks.size() > 1 ? "emit one file per rank (--plan-split-dir) or fewer "
+                                         "ranks per file (--plan-ranks)"
+                                       : "the plan format cannot carry this checkpoint's "
+                                         ".metadata");
     global = nestedVector(fbb, *part);
   }
   auto names = fbb.CreateVectorOfStrings(model.meshAxisNames);
@@ -217,13 +332,13 @@ Result<std::string> buildPlanFile(const ModelLayout &model, const PlanFileOption
   bool withGlobal = options.global == PlanFileOptions::Global::Always ||
                     (options.global == PlanFileOptions::Global::IfCommitRank &&
                      std::binary_search(ranks->begin(), ranks->end(), kCommitRank));
-  return serializePlan(model, *planner, *ranks, withGlobal, kCommitRank);
+  return serializePlan(model, *planner, *ranks, withGlobal, kCommitRank, options.maxFileBytes);
 }
 
 std::string planFileName(int64_t rank) { return "rank-" + std::to_string(rank) + ".fsdpplan"; }
 
 Result<uint64_t> writeSplitPlanFiles(const ModelLayout &model, const std::string &dir,
-                                     std::vector<int64_t> ranks) {
+                                     std::vector<int64_t> ranks, uint64_t maxFileBytes) {
   Result<std::vector<int64_t>> normalized = normalizeRanks(model, std::move(ranks));
   if (!normalized)
     return normalized.failure();
@@ -235,7 +350,7 @@ Result<uint64_t> writeSplitPlanFiles(const ModelLayout &model, const std::string
   uint64_t total = 0;
   for (int64_t rank : *normalized) {
     Result<std::string> bytes =
-        serializePlan(model, *planner, {rank}, rank == kCommitRank, kCommitRank);
+        serializePlan(model, *planner, {rank}, rank == kCommitRank, kCommitRank, maxFileBytes);
     if (!bytes)
       return bytes.failure();
     std::string path = dir + "/" + planFileName(rank);
@@ -494,15 +609,69 @@ Result<const fb::GlobalPart *> globalPart(const PlanFile::Bytes &bytes, const st
 }
 } // namespace
 
+namespace {
+/// Inflates the deflated `.metadata`, which must come to exactly `size`
+/// bytes; the file is untrusted, so the size is checked against what
+/// deflate can produce before anything is allocated.
+Result<std::string> inflateMetadata(const flatbuffers::Vector<uint8_t> &deflated, uint64_t size,
+                                    const std::string &name) {
+  auto corrupt = [&](const std::string &what) {
+    return makeError(name + ": corrupt global part (the deflated .metadata " + what + ")",
+                     ErrorKind::Corrupt);
+  };
+  // Deflate expands nothing more than 1032 times.
+  if (size == 0 || size > 1032 * static_cast<uint64_t>(deflated.size()) + 1024)
+    return corrupt("cannot inflate to the " + std::to_string(size) + " bytes it declares");
+  // One spare byte, so that inflate never stops for want of room before the
+  // stream's end, and a stream longer than declared shows.
+  std::string out(size + 1, '\0');
+  z_stream stream{};
+  if (inflateInit(&stream) != Z_OK)
+    return makeError(name + ": inflate: cannot initialize zlib");
+  const uint8_t *in = deflated.data();
+  size_t inLeft = deflated.size(), outDone = 0;
+  int rc = Z_OK;
+  while (rc == Z_OK) {
+    // zlib counts in 32 bits: feed both sides at most 1 GiB at a time.
+    if (stream.avail_in == 0 && inLeft > 0) {
+      size_t piece = std::min<size_t>(inLeft, size_t(1) << 30);
+      stream.next_in = const_cast<Bytef *>(in);
+      stream.avail_in = static_cast<uInt>(piece);
+      in += piece;
+      inLeft -= piece;
+    }
+    if (stream.avail_out == 0 && outDone < out.size()) {
+      size_t piece = std::min<size_t>(out.size() - outDone, size_t(1) << 30);
+      stream.next_out = reinterpret_cast<Bytef *>(&out[outDone]);
+      stream.avail_out = static_cast<uInt>(piece);
+      outDone += piece;
+    }
+    rc = inflate(&stream, Z_NO_FLUSH);
+  }
+  uint64_t produced = stream.total_out;
+  bool trailing = stream.avail_in > 0 || inLeft > 0;
+  inflateEnd(&stream);
+  if (rc != Z_STREAM_END)
+    return corrupt(rc == Z_BUF_ERROR ? "is truncated or longer than declared"
+                                     : "does not inflate (zlib error " + std::to_string(rc) + ")");
+  if (produced != size || trailing)
+    return corrupt("inflates to " + std::to_string(produced) + " bytes, not the " +
+                   std::to_string(size) + " it declares");
+  out.resize(size);
+  return out;
+}
+} // namespace
+
 Result<std::string> PlanFile::metadataBytes() const {
   std::string copy;
   Result<const fb::GlobalPart *> global = globalPart(*bytes_, name_, copy);
   if (!global)
     return global.failure();
-  if (!(*global)->metadata())
+  if (const flatbuffers::Vector<uint8_t> *metadata = (*global)->metadata())
+    return std::string(reinterpret_cast<const char *>(metadata->data()), metadata->size());
+  if (!(*global)->metadata_deflated())
     return makeError(name_ + ": global part has no metadata");
-  return std::string(reinterpret_cast<const char *>((*global)->metadata()->data()),
-                     (*global)->metadata()->size());
+  return inflateMetadata(*(*global)->metadata_deflated(), (*global)->metadata_size(), name_);
 }
 
 Result<std::vector<PlanGroupInfo>> PlanFile::groups() const {
@@ -619,10 +788,18 @@ Result<std::string> PlanFile::toJSON(std::optional<int64_t> onlyRank) const {
   }
   out["ranks"] = rankList;
   if (hasGlobal()) {
-    Result<std::string> metadata = metadataBytes();
-    if (!metadata)
-      return metadata.failure();
-    out["global"] = {{"metadata_bytes", metadata->size()}};
+    // Sizes only: inflating a large world's .metadata is metadataBytes()'s job.
+    std::string copy;
+    Result<const fb::GlobalPart *> global = globalPart(*bytes_, name_, copy);
+    if (!global)
+      return global.failure();
+    if (const auto *metadata = (*global)->metadata())
+      out["global"] = {{"metadata_bytes", metadata->size()}};
+    else if (const auto *deflated = (*global)->metadata_deflated())
+      out["global"] = {{"metadata_bytes", (*global)->metadata_size()},
+                       {"metadata_deflated_bytes", deflated->size()}};
+    else
+      return makeError(name_ + ": global part has no metadata");
   }
   // Replace, not throw: a corrupt plan may hold invalid UTF-8.
   return out.dump(1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";

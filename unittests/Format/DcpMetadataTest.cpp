@@ -815,3 +815,120 @@ TEST(DcpMetadata, RelativePathsArePlainNames) {
     EXPECT_FALSE(serializeMetadata(md).ok()) << path;
   }
 }
+
+namespace {
+/// `md` through a MetadataStreamWriter with blocks of `blockBytes`, as
+/// serializeMetadata does; each piece the sink gets is appended.
+Result<std::string> streamMetadata(const Metadata &md, size_t blockBytes) {
+  std::string out;
+  MetadataStreamWriter writer(
+      [&](std::string_view piece) {
+        out.append(piece);
+        return Status::success();
+      },
+      blockBytes);
+  for (const auto &[fqn, entry] : md.stateDictMetadata) {
+    if (entry.isBytes) {
+      writer.bytesItem(fqn);
+      continue;
+    }
+    writer.tensor(fqn, entry.properties, entry.size);
+    for (const ChunkMetadata &chunk : entry.chunks)
+      writer.chunk(chunk.offsets, chunk.sizes);
+  }
+  if (md.plannerData) {
+    writer.plannerData();
+    for (const auto &[key, parts] : *md.plannerData)
+      writer.plannerPath(key, parts);
+  } else {
+    writer.noPlannerData();
+  }
+  for (const auto &[index, info] : md.storageData)
+    writer.storage(index.fqn, index.offset ? &*index.offset : nullptr, index.index,
+                   info.relativePath, info.offset, info.length,
+                   info.transformDescriptors ? &*info.transformDescriptors : nullptr);
+  Result<uint64_t> written = writer.finish(md.storageMeta, md.version);
+  if (!written)
+    return written.failure();
+  EXPECT_EQ(*written, out.size());
+  return out;
+}
+} // namespace
+
+TEST(DcpMetadata, StreamedInAnyBlocksIsSerialized) {
+  Metadata md = referenceMetadata();
+  // Past 1,000 entries, so SETITEMS/APPENDS batches span blocks.
+  for (int i = 0; i < 1500; ++i) {
+    StorageMetadata entry;
+    entry.size = {2};
+    entry.chunks = {{{0}, {1}}, {{1}, {1}}};
+    std::string key = "t" + std::to_string(i);
+    md.stateDictMetadata.emplace_back(key, entry);
+    md.plannerData->push_back({key, {std::string("model"), key}});
+    for (int64_t row : {0, 1}) {
+      StorageInfo info;
+      info.relativePath = "__" + std::to_string(row) + "_0.distcp";
+      info.offset = static_cast<uint64_t>(4096 * i);
+      info.length = 1577;
+      md.storageData.push_back({{key, Dims{row}, row}, info});
+    }
+  }
+  Result<std::string> whole = serializeMetadata(md);
+  ASSERT_TRUE(whole) << whole.error();
+  for (size_t block : {size_t(1), size_t(4093), size_t(1) << 20}) {
+    Result<std::string> streamed = streamMetadata(md, block);
+    ASSERT_TRUE(streamed) << streamed.error();
+    EXPECT_EQ(*streamed, *whole) << "blocks of " << block;
+  }
+  md.plannerData.reset();
+  md.storageMeta.reset();
+  whole = serializeMetadata(md);
+  ASSERT_TRUE(whole) << whole.error();
+  Result<std::string> streamed = streamMetadata(md, 7);
+  ASSERT_TRUE(streamed) << streamed.error();
+  EXPECT_EQ(*streamed, *whole);
+  Result<Metadata> back = parseMetadata(*streamed);
+  ASSERT_TRUE(back) << back.error();
+  EXPECT_TRUE(*back == md);
+}
+
+TEST(DcpMetadata, StreamWriterChecksEachEntry) {
+  auto error = [](const Metadata &md) {
+    Result<std::string> bytes = streamMetadata(md, 64);
+    return bytes ? std::string("(no error)") : bytes.error();
+  };
+  // The messages validateMetadata gives, as far as one entry shows.
+  Metadata md = referenceMetadata();
+  md.stateDictMetadata[0].second.chunks[1].sizes = {3, 3};
+  EXPECT_EQ(error(md), "dcp metadata: 'model.w' chunk at (3, 0) size (3, 3): outside "
+                       "the tensor (5, 3)");
+  md = referenceMetadata();
+  md.stateDictMetadata.push_back(md.stateDictMetadata[0]);
+  EXPECT_EQ(error(md), "dcp metadata: key 'model.w' appears twice");
+  md = referenceMetadata();
+  md.storageData[6].first.offset = Dims{0};
+  EXPECT_EQ(error(md), "dcp metadata: storage_data entry 'optimizer.param_groups.0.lr' at "
+                       "(0,) matches no chunk of state_dict_metadata");
+  md = referenceMetadata();
+  md.storageData.front().second.relativePath = "../evil";
+  EXPECT_EQ(error(md), "dcp metadata: storage_data entry 'model.w' at (0, 0): relative_path "
+                       "'../evil' is not a plain file name");
+  // What needs the whole: counted at the end.
+  md = referenceMetadata();
+  md.storageData.erase(md.storageData.begin() + 1);
+  EXPECT_EQ(error(md), "dcp metadata: 'model.w' has 2 chunks but 1 storage_data entries");
+  // Calls out of order.
+  MetadataStreamWriter writer([](std::string_view) { return Status::success(); });
+  writer.storage("x", nullptr, std::nullopt, "f", 0, 1);
+  Result<uint64_t> out = writer.finish(std::nullopt, std::nullopt);
+  ASSERT_FALSE(out);
+  EXPECT_NE(out.error().find("storage_data before planner_data"), std::string::npos);
+  // The sink's failure stops the writer and is what finish reports.
+  MetadataStreamWriter full([](std::string_view) { return Status(makeError("disk full")); }, 1);
+  full.bytesItem("k");
+  full.noPlannerData();
+  EXPECT_EQ(full.status().error(), "disk full");
+  out = full.finish(std::nullopt, std::nullopt);
+  ASSERT_FALSE(out);
+  EXPECT_EQ(out.error(), "disk full");
+}

@@ -184,6 +184,52 @@ TEST(PickleWriter, LargeListsAreBatched) {
   EXPECT_EQ(back->root()->items[2499]->integer, 2499);
 }
 
+TEST(PickleWriter, MemoLimitIsNamed) {
+  // Protocol 2 numbers memo entries with 32 bits; the limit is lowered here
+  // to reach it.
+  Writer::Options options;
+  options.memoLimit = 2;
+  Writer w(options);
+  w.sharedString("a");
+  w.sharedString("b");
+  EXPECT_TRUE(w.status().ok());
+  w.sharedString("c");
+  EXPECT_FALSE(w.status().ok());
+  auto bytes = w.finish();
+  ASSERT_FALSE(bytes);
+  EXPECT_EQ(bytes.error(), "pickle writer: more than 2 memoized values; protocol 2 numbers memo "
+                           "entries with 32 bits (LONG_BINPUT)");
+}
+
+TEST(PickleWriter, MemoSlotsAndPendingBytesChangeNoByte) {
+  // Slots skip the lookup; pending()/clearPending() hand bytes on as they
+  // come. Either way the pickle is the same, past BINPUT's 256 entries.
+  auto write = [](bool slots, bool drain) {
+    Writer w;
+    Writer::MemoSlot size, name;
+    std::string out;
+    w.mark();
+    for (int i = 0; i < 300; ++i) {
+      slots ? w.global("torch", "Size", size) : w.global("torch", "Size");
+      slots ? w.sharedString("offsets", name) : w.sharedString("offsets");
+      w.sharedString("key" + std::to_string(i));
+      w.tupleOf(3);
+      if (drain) {
+        out.append(w.pending());
+        w.clearPending();
+      }
+    }
+    w.tupleFromMark();
+    auto rest = w.finish();
+    EXPECT_TRUE(rest);
+    return out + *rest;
+  };
+  std::string plain = write(false, false);
+  EXPECT_EQ(write(true, false), plain);
+  EXPECT_EQ(write(true, true), plain);
+  EXPECT_TRUE(read(plain).ok());
+}
+
 TEST(PickleWriter, RejectsInvalidUtf8) {
   Writer w;
   w.string("\xff\xfe");

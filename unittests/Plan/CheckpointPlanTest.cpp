@@ -6,9 +6,12 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstring>
 #include <map>
 #include <random>
 #include <set>
+#include <unistd.h>
 
 using namespace fsdp;
 using namespace fsdp::plan;
@@ -122,6 +125,25 @@ void checkWholePlan(const ModelLayout &model) {
   Result<dcp::Metadata> parsed = dcp::parseMetadata(*pickled);
   ASSERT_TRUE(parsed.ok()) << parsed.error();
   EXPECT_TRUE(*parsed == *metadata);
+  // Streamed, the pickle has the same bytes, and so has the one rank 0's
+  // plan carries (deflated).
+  std::string streamed;
+  Result<uint64_t> size = streamGlobalMetadata(model, [&](std::string_view piece) {
+    streamed.append(piece);
+    return Status::success();
+  });
+  ASSERT_TRUE(size.ok()) << size.error();
+  EXPECT_EQ(*size, streamed.size());
+  EXPECT_TRUE(streamed == *pickled);
+  PlanFileOptions options;
+  options.ranks = {0};
+  Result<std::string> bytes = buildPlanFile(model, options);
+  ASSERT_TRUE(bytes.ok()) << bytes.error();
+  Result<PlanFile> file = PlanFile::fromBytes(bytes.take());
+  ASSERT_TRUE(file.ok()) << file.error();
+  Result<std::string> carried = file->metadataBytes();
+  ASSERT_TRUE(carried.ok()) << carried.error();
+  EXPECT_TRUE(*carried == *pickled);
 }
 
 TEST(CheckpointPlan, WorkedExamplePiecesPerRank) {
@@ -367,6 +389,58 @@ TEST(PlanFile, OneRankCostsOneRank) {
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.error().find("no part for rank 1"), std::string::npos);
   EXPECT_FALSE(file->metadataBytes().ok());
+}
+
+TEST(PlanFile, PastTheSizeLimitSaysWhatToDo) {
+  // FlatBuffers' 2 GiB, lowered to reach it: an error naming the limit and
+  // the way out, never a corrupt file.
+  ModelLayout model = workedExample();
+  PlanFileOptions options;
+  options.maxFileBytes = 12000;
+  Result<std::string> bytes = buildPlanFile(model, options);
+  ASSERT_FALSE(bytes.ok());
+  EXPECT_EQ(bytes.kind(), ErrorKind::InvalidArgument);
+  EXPECT_NE(bytes.error().find("a plan file holds at most 12000 bytes (FlatBuffers' 32-bit "
+                               "offsets: 2 GiB) but with rank "),
+            std::string::npos)
+      << bytes.error();
+  EXPECT_NE(bytes.error().find("emit one file per rank (--plan-split-dir)"), std::string::npos);
+  // One file per rank fits.
+  std::string dir = ::testing::TempDir() + "/fsdp-plan-limit";
+  Result<uint64_t> written = writeSplitPlanFiles(model, dir, {}, 12000);
+  ASSERT_TRUE(written.ok()) << written.error();
+  for (int64_t rank = 0; rank < 4; ++rank)
+    std::remove((dir + "/" + planFileName(rank)).c_str());
+  ::rmdir(dir.c_str());
+}
+
+TEST(PlanFile, DeflatedMetadataIsChecked) {
+  PlanFileOptions options;
+  options.ranks = {0};
+  Result<std::string> bytes = buildPlanFile(workedExample(), options);
+  ASSERT_TRUE(bytes.ok()) << bytes.error();
+  Result<PlanFile> file = PlanFile::fromBytes(*bytes);
+  ASSERT_TRUE(file.ok());
+  Result<std::string> metadata = file->metadataBytes();
+  ASSERT_TRUE(metadata.ok()) << metadata.error();
+  // The deflated bytes: a zlib stream (78 01) behind its 32-bit length.
+  std::string plan = *bytes;
+  size_t start = 0, length = 0;
+  for (size_t at = 4; at + 2 <= plan.size() && !length; ++at) {
+    uint32_t n;
+    std::memcpy(&n, &plan[at - 4], 4);
+    if (plan[at] == '\x78' && plan[at + 1] == '\x01' && n > 16 && at + n <= plan.size())
+      start = at, length = n;
+  }
+  ASSERT_GT(length, 0u);
+  plan[start + length / 2] ^= 0x5a;
+  file = PlanFile::fromBytes(plan);
+  ASSERT_TRUE(file.ok());
+  metadata = file->metadataBytes();
+  ASSERT_FALSE(metadata.ok());
+  EXPECT_EQ(metadata.kind(), ErrorKind::Corrupt);
+  EXPECT_NE(metadata.error().find("corrupt global part (the deflated .metadata"), std::string::npos)
+      << metadata.error();
 }
 
 TEST(PlanFile, RejectsCorruptFiles) {

@@ -22,6 +22,8 @@
 #include "fsdp/Support/Result.h"
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -189,8 +191,59 @@ Result<Metadata> metadataFromPickle(const pickle::Value &root, uint64_t budgetBy
 Result<Metadata> parseMetadata(std::string_view bytes);
 
 /// Validates, then pickles (protocol 2) what torch.distributed.checkpoint
-/// unpickles into an equal Metadata.
+/// unpickles into an equal Metadata. Written by a MetadataStreamWriter.
 Result<std::string> serializeMetadata(const Metadata &metadata);
+
+/// Takes a streamed pickle piece by piece, in order; a failure stops the
+/// writer.
+using ByteSink = std::function<Status(std::string_view bytes)>;
+
+/// Writes a `.metadata` pickle to a sink entry by entry, so a checkpoint of
+/// millions of chunks is held neither as a Metadata nor as one string. The
+/// bytes are serializeMetadata's for the same Metadata, which writes through
+/// this class. Calls follow the pickle's order:
+///   1. every state_dict_metadata entry: tensor() then each of its chunk()s,
+///      or bytesItem();
+///   2. plannerData() then plannerPath() per key, or noPlannerData();
+///   3. storage() per storage_data entry;
+///   4. finish().
+/// Each call is checked as it comes: keys unique, chunks inside their tensor,
+/// every storage entry naming a key of the right kind, with a plain file name
+/// and a byte range that does not overflow, and at the end as many storage
+/// entries per key as it has chunks. What needs the whole (no two chunks at
+/// the same offsets, each entry's offsets those of one chunk) is
+/// validateMetadata's. The first error stops the writer: later calls do
+/// nothing and finish returns it.
+class MetadataStreamWriter {
+public:
+  /// The sink gets blocks of about `blockBytes` (the last one shorter).
+  explicit MetadataStreamWriter(ByteSink sink, size_t blockBytes = size_t(1) << 20);
+  ~MetadataStreamWriter();
+  MetadataStreamWriter(const MetadataStreamWriter &) = delete;
+  MetadataStreamWriter &operator=(const MetadataStreamWriter &) = delete;
+
+  void tensor(std::string_view fqn, const TensorProperties &properties, const Dims &size);
+  void chunk(const Dims &offsets, const Dims &sizes);
+  void bytesItem(std::string_view fqn);
+  void plannerData();
+  void plannerPath(std::string_view key, const std::vector<PathPart> &parts);
+  void noPlannerData();
+  /// A storage_data entry: MetadataIndex(fqn, offsets, index) -> its bytes.
+  /// `offsets` is null for bytes items.
+  void storage(std::string_view fqn, const Dims *offsets, std::optional<int64_t> index,
+               std::string_view relativePath, uint64_t offset, uint64_t length,
+               const std::vector<std::string> *transformDescriptors = nullptr);
+  /// Ends the pickle; returns the number of bytes the sink got.
+  Result<uint64_t> finish(const std::optional<StorageMeta> &storageMeta,
+                          const std::optional<std::string> &version);
+  /// The first error so far, if any.
+  Status status() const;
+
+  class Impl;
+
+private:
+  std::unique_ptr<Impl> impl_;
+};
 
 } // namespace dcp
 } // namespace fsdp

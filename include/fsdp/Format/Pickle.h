@@ -179,6 +179,10 @@ class Writer {
 public:
   struct Options {
     bool memoizeAll = false;
+    /// Protocol 2 numbers memo entries with 32 bits (LONG_BINPUT), so at most
+    /// 2^32 values can be memoized; past that the writer fails, naming the
+    /// limit. Lower only to test that check.
+    uint64_t memoLimit = uint64_t(1) << 32;
   };
   Writer() : Writer(Options{}) {}
   explicit Writer(Options options);
@@ -198,6 +202,16 @@ public:
   /// SHORT_BINBYTES / BINBYTES (protocol-3 opcodes; every Python 3 reads them).
   void bytes(std::string_view data);
   void global(std::string_view module, std::string_view name);
+
+  /// Where a shared string or a global went in the memo, so one written
+  /// millions of times (a field name of every chunk) repeats as BINGET with
+  /// no lookup. A slot belongs to one writer and one text.
+  struct MemoSlot {
+    uint32_t index = 0;
+    bool set = false;
+  };
+  void sharedString(std::string_view text, MemoSlot &slot);
+  void global(std::string_view module, std::string_view name, MemoSlot &slot);
 
   void mark();
   void emptyTuple();
@@ -231,8 +245,17 @@ public:
   /// BINPERSID).
   Status writeValue(const Value &value, unsigned maxDepth = 64);
 
-  /// Appends STOP and returns the pickle, or the first error recorded.
+  /// Appends STOP and returns the pickle, or the first error recorded. After
+  /// clearPending(), only what was written since.
   Result<std::string> finish();
+
+  /// Streaming: the bytes written since the last clearPending(), which a
+  /// caller hands on before clearing them, so a large pickle is never held
+  /// whole. The memo stays, so later values may refer to earlier ones.
+  std::string_view pending() const { return out_; }
+  void clearPending() { out_.clear(); }
+  /// The first error recorded (invalid UTF-8, a format limit), if any.
+  Status status() const;
 
 private:
   void op(uint8_t code) { out_.push_back(static_cast<char>(code)); }
@@ -243,7 +266,8 @@ private:
   Options options_;
   std::string out_;
   std::string error_;
-  uint32_t memoCount_ = 0;
+  uint64_t memoCount_ = 0;
+  std::string lookupKey_; // reused, so memo lookups do not allocate
   std::unordered_map<std::string, uint32_t> globalMemo_;
   std::unordered_map<std::string, uint32_t> stringMemo_;
 };

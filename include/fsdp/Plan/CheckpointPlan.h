@@ -118,6 +118,10 @@ public:
 
   Result<RankPlan> planRank(int64_t rank);
   Result<dcp::Metadata> globalMetadata();
+  /// The pickled globalMetadata() (serializeMetadata's bytes) streamed to
+  /// `sink` as it is written, holding about 40 bytes per chunk rather than
+  /// the Metadata or the pickle. Returns the pickle's size.
+  Result<uint64_t> streamGlobalMetadata(const dcp::ByteSink &sink);
 
   class Impl;
 
@@ -132,6 +136,10 @@ Result<RankPlan> planRank(const ModelLayout &model, int64_t rank);
 /// The complete DCP metadata of a save: every key, every chunk, where each
 /// item lies. O(all items).
 Result<dcp::Metadata> planGlobalMetadata(const ModelLayout &model);
+
+/// The DCP `.metadata` pickle of a save, streamed to `sink` (see
+/// CheckpointPlanner::streamGlobalMetadata). Returns its size.
+Result<uint64_t> streamGlobalMetadata(const ModelLayout &model, const dcp::ByteSink &sink);
 
 /// A stable identity of the model layout a plan was built from (xxh3-64 of
 /// its canonical form): checkpoints record it, loads compare it.

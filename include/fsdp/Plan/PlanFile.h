@@ -19,11 +19,18 @@
 namespace fsdp {
 namespace plan {
 
+/// FlatBuffers addresses a buffer with 32-bit signed offsets, so a plan file
+/// (and each part nested in it) stays below 2 GiB.
+constexpr uint64_t kMaxPlanFileBytes = (uint64_t(1) << 31) - 1;
+
 struct PlanFileOptions {
   /// Ranks whose parts to emit; empty means every rank.
   std::vector<int64_t> ranks;
   /// The global part: by default only when the committing rank is emitted.
   enum class Global { IfCommitRank, Always, Never } global = Global::IfCommitRank;
+  /// A plan that would be larger fails, naming the limit, before it is
+  /// built whole. Lower than kMaxPlanFileBytes only to test that check.
+  uint64_t maxFileBytes = kMaxPlanFileBytes;
 };
 
 /// Plans the requested ranks of `model` and serializes them.
@@ -32,10 +39,11 @@ Result<std::string> buildPlanFile(const ModelLayout &model,
 
 /// One plan file per requested rank (all when empty) in `dir`, named
 /// planFileName(rank); the committing rank's carries the global part. For
-/// large worlds, where a single file of every rank would be unwieldy.
+/// large worlds, where a single file of every rank would pass the limit.
 /// Returns the number of bytes written.
 Result<uint64_t> writeSplitPlanFiles(const ModelLayout &model, const std::string &dir,
-                                     std::vector<int64_t> ranks = {});
+                                     std::vector<int64_t> ranks = {},
+                                     uint64_t maxFileBytes = kMaxPlanFileBytes);
 std::string planFileName(int64_t rank);
 
 struct PlanGroupInfo {
@@ -64,7 +72,8 @@ public:
   bool hasGlobal() const;
 
   Result<RankPlan> rank(int64_t rank) const;
-  /// The pickled DCP `.metadata` the committing rank writes.
+  /// The pickled DCP `.metadata` the committing rank writes (inflated when
+  /// the plan holds it deflated).
   Result<std::string> metadataBytes() const;
   Result<std::vector<PlanGroupInfo>> groups() const;
   Result<std::vector<std::string>> optimizerParams() const;

@@ -151,6 +151,19 @@ void fsdp::registerToCheckpointPlanTranslation() {
                      "(rank-<r>.fsdpplan) into this directory instead; the "
                      "output gets a one-line summary"),
       llvm::cl::init(""));
+  // For tests: a plan file limit below FlatBuffers' 2 GiB, to reach that
+  // error cheaply; and the .metadata taken out of a built plan, to compare
+  // it with the streamed one.
+  static llvm::cl::opt<uint64_t> planMaxFileBytes(
+      "plan-max-file-bytes",
+      llvm::cl::desc("With --emit-checkpoint-plan: fail past this many bytes per plan file "
+                     "(for tests; default and most: FlatBuffers' 2 GiB)"),
+      llvm::cl::init(plan::kMaxPlanFileBytes), llvm::cl::Hidden);
+  static llvm::cl::opt<bool> planMetadataFromPlan(
+      "plan-metadata-from-plan",
+      llvm::cl::desc("With --plan-format=dcp-metadata: take the .metadata out of rank 0's "
+                     "plan instead of streaming it (for tests: the bytes must agree)"),
+      llvm::cl::init(false), llvm::cl::Hidden);
   static TranslateFromMLIRRegistration registration(
       "emit-checkpoint-plan",
       "emit the per-rank checkpoint save/load plans of a lowered model",
@@ -168,6 +181,10 @@ void fsdp::registerToCheckpointPlanTranslation() {
           return failure();
         plan::PlanFileOptions options;
         options.ranks.assign(planRanks.begin(), planRanks.end());
+        if (planMaxFileBytes > plan::kMaxPlanFileBytes)
+          return emitError(model.getLoc())
+                 << "--plan-max-file-bytes: at most " << plan::kMaxPlanFileBytes;
+        options.maxFileBytes = planMaxFileBytes;
         for (int64_t rank : options.ranks)
           if (rank < 0 || rank >= layout->worldSize())
             return emitError(model.getLoc())
@@ -175,13 +192,34 @@ void fsdp::registerToCheckpointPlanTranslation() {
                    << layout->worldSize() << " ranks";
         if (!planSplitDir.empty()) {
           Result<uint64_t> written =
-              plan::writeSplitPlanFiles(*layout, planSplitDir, options.ranks);
+              plan::writeSplitPlanFiles(*layout, planSplitDir, options.ranks, planMaxFileBytes);
           if (!written)
             return emitError(model.getLoc()) << written.error();
-          os << "wrote " << (options.ranks.empty() ? layout->worldSize()
-                                                   : int64_t(options.ranks.size()))
+          os << "wrote "
+             << (options.ranks.empty() ? layout->worldSize() : int64_t(options.ranks.size()))
              << " plan files, " << *written << " bytes, to " << planSplitDir << "\n";
           return success();
+        }
+        if (planFormat == "dcp-metadata") {
+          // The .metadata covers every rank and comes with the committing one.
+          if (!options.ranks.empty() && llvm::find(options.ranks, 0) == options.ranks.end())
+            return emitError(model.getLoc())
+                   << "--plan-format=dcp-metadata: the .metadata comes with the committing "
+                      "rank, 0, which --plan-ranks leaves out";
+          if (planMetadataFromPlan) {
+            options.ranks = {0};
+          } else {
+            // Streamed from the planner: never a plan of every rank, nor the
+            // whole pickle in memory (~670 MB at 16,384 ranks).
+            Result<uint64_t> written =
+                plan::streamGlobalMetadata(*layout, [&](std::string_view piece) {
+                  os.write(piece.data(), piece.size());
+                  return Status::success();
+                });
+            if (!written)
+              return emitError(model.getLoc()) << written.error();
+            return success();
+          }
         }
         Result<std::string> bytes = plan::buildPlanFile(*layout, options);
         if (!bytes)
