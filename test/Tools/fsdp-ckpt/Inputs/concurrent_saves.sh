@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Two saves of one target at once. The first pauses on its first data write
 # (--inject-fault write:1:PAUSE) while holding its claim on the target; the
-# second starts then. Prints one line per step for FileCheck.
-#   concurrent_saves.sh PLAN WORKDIR FSDP_CKPT
+# second starts then. Prints one line per step for FileCheck. FIRST_FLAGS go
+# to the first save of each pair (--async: its claim is held by its
+# background thread).
+#   concurrent_saves.sh PLAN WORKDIR FSDP_CKPT [FIRST_FLAGS...]
 set -u
 plan=$1
 work=$2
 ckpt=$3
+shift 3
+first_flags=("$@")
 
 wait_for_claim() {
   for _ in $(seq 200); do
@@ -19,7 +23,7 @@ wait_for_claim() {
 
 # 1. A new target: the first commits, the second fails at once with busy.
 "$ckpt" save --plan "$plan" --dir "$work/a" --fill 1 --inject-fault write:1:PAUSE \
-  > "$work/a-first.txt" 2>&1 &
+  "${first_flags[@]}" > "$work/a-first.txt" 2>&1 &
 first=$!
 wait_for_claim "$work/a"
 start=$(date +%s%N)
@@ -38,7 +42,7 @@ echo "lock files left: $(ls -a "$work" | grep -c fsdp-lock)"
 #    the good checkpoint survives intact, and the dead claim blocks nobody.
 "$ckpt" save --plan "$plan" --dir "$work/b" --fill 5 > /dev/null
 "$ckpt" save --plan "$plan" --dir "$work/b" --fill 1 --overwrite \
-  --inject-fault write:1:PAUSE > /dev/null 2>&1 &
+  --inject-fault write:1:PAUSE "${first_flags[@]}" > /dev/null 2>&1 &
 first=$!
 wait_for_claim "$work/b"
 "$ckpt" save --plan "$plan" --dir "$work/b" --fill 2 --overwrite 2>&1
