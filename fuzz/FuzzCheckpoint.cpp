@@ -11,8 +11,15 @@
 // index), then the metadata bytes, the index bytes, and the data file (the
 // rest). Lengths past the input are clipped.
 //
+// Then, when the metadata parses, its chunk index (`.fsdp-chunks`, with the
+// index's checksums when those cover every item) is added, one of its bytes
+// flipped when the input's last byte says so, and the reader is driven as a
+// load drives it through that index: every key's chunks found by box, read
+// and checked, every bytes item read.
+//
 //===----------------------------------------------------------------------===//
 
+#include "fsdp/Format/ChunkIndex.h"
 #include "fsdp/Runtime/CheckpointReader.h"
 #include "fsdp/Runtime/Inspect.h"
 
@@ -87,6 +94,66 @@ void exercise(MemoryStorage &storage) {
   (void)(*reader)->verifyAll(report);
 }
 
+/// As a load through the chunk index: whole-tensor boxes and halves of the
+/// rows, every item found read and checked, every bytes item.
+void exerciseChunkIndex(MemoryStorage &storage, uint8_t flip) {
+  const std::string &metadataBytes = storage.files[std::string(kDir) + "/.metadata"];
+  Result<dcp::Metadata> metadata = dcp::parseMetadata(metadataBytes);
+  if (!metadata)
+    return;
+  auto indexFile = storage.files.find(std::string(kDir) + "/.fsdp-index");
+  std::optional<integrity::IntegrityIndex> index;
+  if (indexFile != storage.files.end())
+    if (Result<integrity::IntegrityIndex> parsed = integrity::parseIndex(indexFile->second))
+      index = parsed.take();
+  Result<std::string> chunks =
+      chunkindex::build(*metadata, index ? &index->items : nullptr, metadataBytes.size(),
+                        integrity::xxh3(metadataBytes.data(), metadataBytes.size()));
+  if (!chunks && index) // an index that lacks items: none
+    chunks = chunkindex::build(*metadata, nullptr, metadataBytes.size(), 0);
+  if (!chunks || chunks->empty())
+    return;
+  if (flip & 1)
+    (*chunks)[(flip >> 1) * 7919 % chunks->size()] ^= 0x20;
+  storage.files[std::string(kDir) + "/" + chunkindex::kChunkIndexFileName] = chunks.take();
+  ReaderOptions options;
+  options.useChunkIndex = true;
+  Result<std::unique_ptr<CheckpointReader>> reader = CheckpointReader::open(kDir, storage, options);
+  if (!reader)
+    return;
+  std::vector<plan::ReadItem> reads;
+  for (const auto &[key, saved] : metadata->stateDictMetadata) {
+    if (saved.isBytes || saved.size.size() > chunkindex::kMaxDims)
+      continue;
+    plan::ReadItem read;
+    read.key = key;
+    read.globalShape = saved.size;
+    read.chunkOffsets.assign(saved.size.size(), 0);
+    read.chunkSizes = saved.size;
+    if (read.globalShape.empty())
+      read.source = plan::ItemSource::Step;
+    reads.push_back(read);
+    if (!saved.size.empty() && saved.size[0] > 1) {
+      read.chunkOffsets[0] = saved.size[0] / 2;
+      read.chunkSizes[0] = saved.size[0] - saved.size[0] / 2;
+      reads.push_back(read);
+    }
+  }
+  Result<std::vector<std::vector<SavedChunk>>> planned = (*reader)->planReads(reads);
+  if (!planned)
+    return;
+  for (size_t i = 0; i < reads.size(); ++i)
+    for (const SavedChunk &chunk : (*planned)[i]) {
+      Result<TensorItem *> item = (*reader)->tensorItem(reads[i].key, chunk);
+      if (!item)
+        continue;
+      std::string storageBytes((*item)->record.storageBytes(), '\0');
+      (void)(*reader)->readStorage(**item, storageBytes.data());
+    }
+  for (const std::string &key : (*reader)->bytesKeys())
+    (void)(*reader)->bytesItemRepr(key);
+}
+
 } // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -110,5 +177,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   options.json = data[size - 1] & 1; // text or JSON, by the last byte
   std::ostringstream out;
   (void)inspectCheckpoint(kDir, storage, options, out);
+  exerciseChunkIndex(storage, data[size - 1] >> 1);
   return 0;
 }

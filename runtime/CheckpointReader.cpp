@@ -96,9 +96,52 @@ CheckpointReader::open(const std::string &rawDir, Storage &storage, const Reader
                          "incomplete and is not read",
                      ErrorKind::NotFound);
   std::unique_ptr<CheckpointReader> reader(new CheckpointReader(dir, storage, options));
-  if (Status status = reader->readMetadataAndIndex(); !status)
-    return status.failure();
+  bool usedChunkIndex = false;
+  if (options.useChunkIndex)
+    if (Status status = reader->openChunkIndex(usedChunkIndex); !status)
+      return status.failure();
+  if (!usedChunkIndex)
+    if (Status status = reader->readMetadataAndIndex(); !status)
+      return status.failure();
   return reader;
+}
+
+Status CheckpointReader::openChunkIndex(bool &used) {
+  used = false;
+  std::string path = dir_ + "/" + chunkindex::kChunkIndexFileName;
+  if (!storage_.exists(path))
+    return Status::success();
+  // `.metadata` is the commit point: without it there is no checkpoint. Its
+  // size (not its bytes) ties it to the index: one of another size belongs
+  // to another save.
+  Result<std::unique_ptr<zip::ByteSource>> metadata = storage_.openRead(dir_ + "/.metadata");
+  if (!metadata) {
+    if (metadata.kind() == ErrorKind::NotFound)
+      return propagate(metadata, printable(metadata.error()) +
+                                     " (no committed checkpoint here; an interrupted save "
+                                     "leaves none)");
+    return propagate(metadata, printable(metadata.error()));
+  }
+  Result<std::unique_ptr<zip::ByteSource>> source = storage_.openRead(path);
+  if (!source)
+    return propagate(source, printable(source.error()));
+  Result<std::unique_ptr<chunkindex::ChunkIndex>> index =
+      chunkindex::ChunkIndex::open(source.take(), pathOf(chunkindex::kChunkIndexFileName));
+  if (!index)
+    return propagate(index, printable(index.error()));
+  // An index without digests (a benchmark's) beside an integrity index:
+  // the digests are there, so read everything.
+  if (!(*index)->hasChecksums() && storage_.exists(dir_ + "/" + integrity::kIndexFileName))
+    return Status::success();
+  if ((*index)->metadataLength() != (*metadata)->size())
+    return corrupt(pathOf(chunkindex::kChunkIndexFileName) + ": describes a .metadata of " +
+                   std::to_string((*index)->metadataLength()) + " bytes but " +
+                   pathOf(".metadata") + " has " + std::to_string((*metadata)->size()) +
+                   ": the chunk index belongs to another save (stale or altered)");
+  chunks_ = index.take();
+  fromChunkIndex_ = true;
+  used = true;
+  return Status::success();
 }
 
 Status CheckpointReader::readMetadataAndIndex() {
@@ -117,6 +160,8 @@ Status CheckpointReader::readMetadataAndIndex() {
                     ErrorKind::Corrupt);
   metadata_ = metadata.take();
   bytesRead_ += bytes->size();
+  metadataSize_ = bytes->size();
+  metadataXxh3_ = integrity::xxh3(bytes->data(), bytes->size());
   for (const auto &[index, info] : metadata_.storageData)
     if (!isPlainFileName(info.relativePath))
       return corrupt(pathOf(".metadata") + ": item " + printable(index.fqn) + " names the file '" +
@@ -144,8 +189,7 @@ Status CheckpointReader::readMetadataAndIndex() {
   index_ = index.take();
   hasIndex_ = true;
   bytesRead_ += indexBytes->size();
-  if (index_.metadataLength != bytes->size() ||
-      index_.metadataXxh3 != integrity::xxh3(bytes->data(), bytes->size()))
+  if (index_.metadataLength != metadataSize_ || index_.metadataXxh3 != metadataXxh3_)
     return corrupt(pathOf(".metadata") + ": checksum mismatch against " +
                    integrity::kIndexFileName + " (the file is corrupt)");
   for (const integrity::ItemChecksum &item : index_.items) {
@@ -161,6 +205,106 @@ Status CheckpointReader::readMetadataAndIndex() {
 const dcp::StorageMetadata *CheckpointReader::find(const std::string &key) const {
   auto found = keys_.find(key);
   return found == keys_.end() ? nullptr : &metadata_.stateDictMetadata[found->second].second;
+}
+
+std::optional<KeyInfo> CheckpointReader::keyInfo(const std::string &key) const {
+  if (fromChunkIndex_) {
+    std::optional<uint64_t> position = chunks_->find(key);
+    if (!position)
+      return std::nullopt;
+    return chunks_->key(*position);
+  }
+  const dcp::StorageMetadata *saved = find(key);
+  if (!saved)
+    return std::nullopt;
+  KeyInfo info;
+  info.name = key;
+  info.isBytes = saved->isBytes;
+  info.chunkCount = saved->isBytes ? 1 : saved->chunks.size();
+  if (!saved->isBytes) {
+    info.dtype = saved->properties.dtype;
+    info.shape = saved->size;
+  }
+  return info;
+}
+
+Result<std::vector<SavedChunk>> CheckpointReader::chunksOverlapping(const std::string &key,
+                                                                    const dcp::Dims &offsets,
+                                                                    const dcp::Dims &sizes) const {
+  std::vector<SavedChunk> out;
+  if (fromChunkIndex_) {
+    std::optional<uint64_t> position = chunks_->find(key);
+    if (!position)
+      return out;
+    Result<std::vector<chunkindex::Chunk>> found = chunks_->overlapping(*position, offsets, sizes);
+    if (!found)
+      return propagate(found, printable(found.error()));
+    for (chunkindex::Chunk &chunk : *found) {
+      out.push_back({std::move(chunk.offsets), std::move(chunk.sizes),
+                     chunks_->fileName(chunk.file), chunk.itemOffset, chunk.itemLength,
+                     std::nullopt});
+      if (chunks_->hasChecksums())
+        out.back().xxh3 = chunk.xxh3;
+    }
+    return out;
+  }
+  // `.metadata`: every chunk of the key, tested one by one.
+  const dcp::StorageMetadata *saved = find(key);
+  if (!saved || saved->isBytes)
+    return out;
+  layout::Box target{offsets, sizes};
+  for (const dcp::ChunkMetadata &chunk : saved->chunks) {
+    if (!layout::intersect(layout::Box{chunk.offsets, chunk.sizes}, target))
+      continue;
+    const dcp::StorageInfo *where = storageOf(key, chunk.offsets);
+    if (!where)
+      return corrupt(printable(key) + ": the chunk at " + dimsText(chunk.offsets) +
+                     " has no storage entry in " + pathOf(".metadata"));
+    out.push_back(
+        {chunk.offsets, chunk.sizes, where->relativePath, where->offset, where->length, {}});
+  }
+  std::sort(out.begin(), out.end(),
+            [](const SavedChunk &a, const SavedChunk &b) { return a.offsets < b.offsets; });
+  return out;
+}
+
+std::vector<std::string> CheckpointReader::bytesKeys() const {
+  std::vector<std::string> keys;
+  if (fromChunkIndex_) {
+    for (uint64_t position = 0; position < chunks_->keyCount(); ++position)
+      if (KeyInfo info = chunks_->key(position); info.isBytes)
+        keys.push_back(std::move(info.name));
+    return keys; // the index is sorted
+  }
+  for (const auto &[key, saved] : metadata_.stateDictMetadata)
+    if (saved.isBytes)
+      keys.push_back(key);
+  std::sort(keys.begin(), keys.end());
+  return keys;
+}
+
+Result<std::vector<std::vector<SavedChunk>>>
+CheckpointReader::planReads(const std::vector<plan::ReadItem> &reads) const {
+  std::vector<std::vector<SavedChunk>> planned(reads.size());
+  for (size_t i = 0; i < reads.size(); ++i) {
+    const plan::ReadItem &read = reads[i];
+    if (read.source != plan::ItemSource::Buffer && read.source != plan::ItemSource::Step)
+      continue;
+    std::optional<KeyInfo> info = keyInfo(read.key);
+    if (!info || info->isBytes)
+      continue;
+    Result<std::vector<SavedChunk>> found =
+        read.source == plan::ItemSource::Step
+            ? (info->shape.empty() ? chunksOverlapping(read.key, {}, {})
+                                   : Result<std::vector<SavedChunk>>(std::vector<SavedChunk>()))
+            : (info->shape == read.globalShape
+                   ? chunksOverlapping(read.key, read.chunkOffsets, read.chunkSizes)
+                   : Result<std::vector<SavedChunk>>(std::vector<SavedChunk>()));
+    if (!found)
+      return found.failure();
+    planned[i] = found.take();
+  }
+  return planned;
 }
 
 const dcp::StorageInfo *CheckpointReader::storageOf(const std::string &key,
@@ -195,75 +339,91 @@ Status CheckpointReader::checkBounds(const std::string &key, const std::string &
 }
 
 Status CheckpointReader::checkItemAgainstKey(const TensorItem &item, const std::string &key,
-                                             const dcp::ChunkMetadata &chunk) const {
-  const dcp::StorageMetadata *saved = find(key);
+                                             const dcp::Dims &sizes) const {
+  std::optional<KeyInfo> saved = keyInfo(key);
   std::string where =
       item.path + ": item " + printable(key) + " at " + std::to_string(item.itemOffset);
   if (!saved || saved->isBytes)
     return corrupt(where + " is not a tensor in .metadata");
-  if (item.record.dtype != saved->properties.dtype)
+  if (item.record.dtype != saved->dtype)
     return corrupt(where + " holds " + dcp::dtypeInfo(item.record.dtype).name +
-                   " but .metadata says " + dcp::dtypeInfo(saved->properties.dtype).name);
-  if (item.record.size != chunk.sizes)
+                   " but .metadata says " + dcp::dtypeInfo(saved->dtype).name);
+  if (item.record.size != sizes)
     return corrupt(where + " has shape " + dimsText(item.record.size) + " but .metadata says " +
-                   dimsText(chunk.sizes));
+                   dimsText(sizes));
   return Status::success();
 }
 
 Result<TensorItem *> CheckpointReader::tensorItem(const std::string &key,
                                                   const dcp::ChunkMetadata &chunk) {
-  std::lock_guard<std::mutex> lock(itemsMutex_);
   const dcp::StorageInfo *where = storageOf(key, chunk.offsets);
   if (!where)
     return corrupt(printable(key) + ": the chunk at " + dimsText(chunk.offsets) +
                    " has no storage entry in " + pathOf(".metadata"));
-  auto &slot = items_[{where->relativePath, where->offset}];
+  return tensorItem(key, SavedChunk{chunk.offsets, chunk.sizes, where->relativePath, where->offset,
+                                    where->length, std::nullopt});
+}
+
+Result<TensorItem *> CheckpointReader::tensorItem(const std::string &key, const SavedChunk &where) {
+  std::lock_guard<std::mutex> lock(itemsMutex_);
+  auto &slot = items_[{where.file, where.itemOffset}];
   if (slot) {
     // Two keys (or chunks) may name one item: each use is checked.
-    if (Status status = checkItemAgainstKey(*slot, key, chunk); !status)
+    if (Status status = checkItemAgainstKey(*slot, key, where.sizes); !status)
       return status.failure();
     return slot.get();
   }
-  if (where->transformDescriptors && !where->transformDescriptors->empty())
-    return makeError(printable(key) + ": stored with transforms (" +
-                         printable(where->transformDescriptors->front()) +
-                         "), which this runtime does not read",
-                     ErrorKind::Incompatible);
-  Result<const zip::ByteSource *> opened = file(where->relativePath);
+  if (!fromChunkIndex_) {
+    const dcp::StorageInfo *stored = storageOf(key, where.offsets);
+    if (!stored)
+      return corrupt(printable(key) + ": the chunk at " + dimsText(where.offsets) +
+                     " has no storage entry in " + pathOf(".metadata"));
+    if (stored->transformDescriptors && !stored->transformDescriptors->empty())
+      return makeError(printable(key) + ": stored with transforms (" +
+                           printable(stored->transformDescriptors->front()) +
+                           "), which this runtime does not read",
+                       ErrorKind::Incompatible);
+  }
+  Result<const zip::ByteSource *> opened = file(where.file);
   if (!opened)
     return opened.failure();
   const zip::ByteSource &source = **opened;
   if (Status status =
-          checkBounds(key, where->relativePath, where->offset, where->length, source.size());
+          checkBounds(key, where.file, where.itemOffset, where.itemLength, source.size());
       !status)
     return status.failure();
   auto item = std::make_unique<TensorItem>();
-  item->fileName = where->relativePath;
-  item->path = pathOf(where->relativePath);
+  item->fileName = where.file;
+  item->path = pathOf(where.file);
   item->file = &source;
-  item->itemOffset = where->offset;
-  item->itemLength = where->length;
-  auto checksum = checksums_.find({where->relativePath, where->offset});
-  if (checksum != checksums_.end())
-    item->checksum = checksum->second;
-  else if (hasIndex_)
+  item->itemOffset = where.itemOffset;
+  item->itemLength = where.itemLength;
+  if (where.xxh3) {
+    item->xxh3 = where.xxh3;
+    item->label = itemChecksumKey(key, where.offsets, true);
+  } else if (auto checksum = checksums_.find({where.file, where.itemOffset});
+             checksum != checksums_.end()) {
+    if (checksum->second->length != where.itemLength)
+      return corrupt(item->path + ": item " + printable(key) + " is " +
+                     std::to_string(where.itemLength) + " bytes in .metadata but " +
+                     std::to_string(checksum->second->length) + " in the integrity index");
+    item->xxh3 = checksum->second->xxh3;
+    item->label = checksum->second->key;
+  } else if (hasIndex_) {
     return corrupt(item->path + ": item " + printable(key) + " at " +
-                   std::to_string(where->offset) + " is not in the integrity index");
-  if (item->checksum && item->checksum->length != where->length)
-    return corrupt(item->path + ": item " + printable(key) + " is " +
-                   std::to_string(where->length) + " bytes in .metadata but " +
-                   std::to_string(item->checksum->length) + " in the integrity index");
+                   std::to_string(where.itemOffset) + " is not in the integrity index");
+  }
 
-  zip::SliceSource slice(source, where->offset, where->length);
+  zip::SliceSource slice(source, where.itemOffset, where.itemLength);
   std::string prefix = item->path + ": item " + printable(key) + ": ";
   // A damaged item of ours is reported as what it is: a checksum mismatch.
   auto damaged = [&](const auto &failed) -> Error {
     std::string block;
-    if (item->checksum) {
-      Result<uint64_t> digest = hashRange(source, where->offset, where->length, block);
-      if (digest && *digest != item->checksum->xxh3)
+    if (item->xxh3) {
+      Result<uint64_t> digest = hashRange(source, where.itemOffset, where.itemLength, block);
+      if (digest && *digest != *item->xxh3)
         return corrupt(item->path + ": checksum mismatch in the item at " +
-                       std::to_string(where->offset) + " (" + printable(item->checksum->key) +
+                       std::to_string(where.itemOffset) + " (" + printable(item->label) +
                        "): the file is corrupt");
     }
     return classify(failed, prefix + printable(failed.error()), ErrorKind::Corrupt);
@@ -285,13 +445,13 @@ Result<TensorItem *> CheckpointReader::tensorItem(const std::string &key,
     return corrupt(prefix + "the data/" + printable(record->storageKey) + " record holds " +
                    std::to_string(data->size) + " bytes but the tensor's storage is " +
                    std::to_string(record->storageBytes()));
-  if (!inBounds(data->dataOffset, data->size, where->length))
+  if (!inBounds(data->dataOffset, data->size, where.itemLength))
     return corrupt(prefix + "the storage record lies outside the item");
   for (const zip::Entry &other : archive->entries)
     if (&other != data && other.headerOffset >= data->dataOffset &&
         other.headerOffset < data->dataOffset + data->size)
       return corrupt(prefix + "the storage record overlaps the record " + printable(other.name));
-  item->dataOffset = where->offset + data->dataOffset;
+  item->dataOffset = where.itemOffset + data->dataOffset;
   item->dataCrc = data->crc;
   item->record = record.take();
   int64_t expected = 1;
@@ -300,7 +460,7 @@ Result<TensorItem *> CheckpointReader::tensorItem(const std::string &key,
       item->contiguous = false;
     expected *= item->record.size[d];
   }
-  if (Status status = checkItemAgainstKey(*item, key, chunk); !status)
+  if (Status status = checkItemAgainstKey(*item, key, where.sizes); !status)
     return status.failure();
   slot = std::move(item);
   return slot.get();
@@ -335,13 +495,12 @@ Status CheckpointReader::readAndCheck(TensorItem &item,
                                       const std::function<char *(uint64_t at)> &place) {
   uint64_t dataBytes = item.record.storageBytes();
   // Counted as read whatever follows: the bytes were asked of storage.
-  bytesRead_ += item.checksum ? item.itemLength : dataBytes;
+  bytesRead_ += item.xxh3 ? item.itemLength : dataBytes;
   auto mismatch = [&]() -> Status {
-    return corrupt(item.path + ": checksum mismatch in the item at " +
-                   std::to_string(item.itemOffset) +
-                   (item.checksum ? " (" + printable(item.checksum->key) + ")"
-                                  : std::string(" (zip CRC of its data)")) +
-                   ": the file is corrupt");
+    return corrupt(
+        item.path + ": checksum mismatch in the item at " + std::to_string(item.itemOffset) +
+        (item.xxh3 ? " (" + printable(item.label) + ")" : std::string(" (zip CRC of its data)")) +
+        ": the file is corrupt");
   };
   // Ours: xxh3 of the whole item (the zip records around the storage too);
   // PyTorch's: the zip CRC of the storage record. Each block is hashed
@@ -349,8 +508,8 @@ Status CheckpointReader::readAndCheck(TensorItem &item,
   integrity::StreamingXxh3 hash;
   uint32_t crc = 0;
   uint64_t dataBegin = item.dataOffset - item.itemOffset;
-  std::string before(item.checksum ? dataBegin : 0, '\0');
-  std::string after(item.checksum ? item.itemLength - dataBegin - dataBytes : 0, '\0');
+  std::string before(item.xxh3 ? dataBegin : 0, '\0');
+  std::string after(item.xxh3 ? item.itemLength - dataBegin - dataBytes : 0, '\0');
   if (Status status = item.file->read(item.itemOffset, before.data(), before.size()); !status)
     return status;
   hash.update(before.data(), before.size());
@@ -359,7 +518,7 @@ Status CheckpointReader::readAndCheck(TensorItem &item,
     char *block = place(at);
     if (Status status = item.file->read(item.dataOffset + at, block, size); !status)
       return status;
-    if (item.checksum)
+    if (item.xxh3)
       hash.update(block, size);
     else
       crc = zip::crc32(block, size, crc);
@@ -368,37 +527,65 @@ Status CheckpointReader::readAndCheck(TensorItem &item,
       !status)
     return status;
   hash.update(after.data(), after.size());
-  if (item.checksum ? hash.digest() != item.checksum->xxh3 : crc != item.dataCrc)
+  if (item.xxh3 ? hash.digest() != *item.xxh3 : crc != item.dataCrc)
     return mismatch();
   item.verified = true;
   return Status::success();
 }
 
+Result<SavedChunk> CheckpointReader::bytesLocation(const std::string &key) const {
+  if (fromChunkIndex_) {
+    std::optional<uint64_t> position = chunks_->find(key);
+    if (position && chunks_->key(*position).isBytes) {
+      Result<std::vector<chunkindex::Chunk>> found = chunks_->chunks(*position);
+      if (!found)
+        return propagate(found, printable(found.error()));
+      const chunkindex::Chunk &chunk = found->front(); // one record (checked at open)
+      SavedChunk where{
+          {}, {}, chunks_->fileName(chunk.file), chunk.itemOffset, chunk.itemLength, std::nullopt};
+      if (chunks_->hasChecksums())
+        where.xxh3 = chunk.xxh3;
+      return where;
+    }
+  } else if (const dcp::StorageInfo *stored = storageOf(key, std::nullopt)) {
+    return SavedChunk{{}, {}, stored->relativePath, stored->offset, stored->length, std::nullopt};
+  }
+  return corrupt(printable(key) + ": no storage entry in " + pathOf(".metadata"));
+}
+
 Result<std::string> CheckpointReader::bytesItem(const std::string &key) {
-  const dcp::StorageInfo *where = storageOf(key, std::nullopt);
+  Result<SavedChunk> where = bytesLocation(key);
   if (!where)
-    return corrupt(printable(key) + ": no storage entry in " + pathOf(".metadata"));
-  Result<const zip::ByteSource *> opened = file(where->relativePath);
+    return where.failure();
+  Result<const zip::ByteSource *> opened = file(where->file);
   if (!opened)
     return opened.failure();
   if (Status status =
-          checkBounds(key, where->relativePath, where->offset, where->length, (*opened)->size());
+          checkBounds(key, where->file, where->itemOffset, where->itemLength, (*opened)->size());
       !status)
     return status.failure();
-  std::string bytes(where->length, '\0'); // within the file: checked above
-  if (Status status = (*opened)->read(where->offset, bytes.data(), bytes.size()); !status)
+  std::string bytes(where->itemLength, '\0'); // within the file: checked above
+  if (Status status = (*opened)->read(where->itemOffset, bytes.data(), bytes.size()); !status)
     return status.failure();
   bytesRead_ += bytes.size();
   if (!options_.verifyItems)
     return bytes;
-  std::string where_ = pathOf(where->relativePath) + ": item " + printable(key);
-  auto checksum = checksums_.find({where->relativePath, where->offset});
+  std::string where_ = pathOf(where->file) + ": item " + printable(key);
+  auto mismatch = [&](const std::string &label) {
+    return corrupt(pathOf(where->file) + ": checksum mismatch in the item at " +
+                   std::to_string(where->itemOffset) + " (" + printable(label) +
+                   "): the file is corrupt");
+  };
+  if (where->xxh3) {
+    if (*where->xxh3 != integrity::xxh3(bytes.data(), bytes.size()))
+      return mismatch(key);
+    return bytes;
+  }
+  auto checksum = checksums_.find({where->file, where->itemOffset});
   if (checksum != checksums_.end()) {
     if (checksum->second->length != bytes.size() ||
         checksum->second->xxh3 != integrity::xxh3(bytes.data(), bytes.size()))
-      return corrupt(pathOf(where->relativePath) + ": checksum mismatch in the item at " +
-                     std::to_string(where->offset) + " (" + printable(checksum->second->key) +
-                     "): the file is corrupt");
+      return mismatch(checksum->second->key);
     return bytes;
   }
   if (hasIndex_)
@@ -418,8 +605,7 @@ Result<std::string> CheckpointReader::bytesItemRepr(const std::string &key) {
   if (!bytes)
     return bytes.failure();
   zip::MemorySource source(*bytes);
-  std::string where =
-      pathOf(storageOf(key, std::nullopt)->relativePath) + ": item " + printable(key) + ": ";
+  std::string where = pathOf(bytesLocation(key)->file) + ": item " + printable(key) + ": ";
   Result<zip::TorchSaveItem> item = zip::openTorchSaveItem(source);
   if (!item)
     return classify(item, where + printable(item.error()), ErrorKind::Corrupt);
@@ -535,11 +721,53 @@ Status CheckpointReader::verifyCrcs(std::string &report, size_t &problems) {
   return Status::success();
 }
 
+Status CheckpointReader::verifyChunkIndex(std::string &report, size_t &problems) {
+  const std::string name = chunkindex::kChunkIndexFileName;
+  // Listed but missing: verifyIndexed reports the file it cannot open.
+  if (!storage_.exists(dir_ + "/" + name))
+    return Status::success();
+  auto problem = [&](const std::string &line) {
+    report += line + "\n";
+    ++problems;
+  };
+  if (hasIndex_ && !checksums_.count({name, 0}))
+    problem(pathOf(name) + ": not covered by the integrity index");
+  Result<std::string> bytes = readWholeFile(storage_, dir_ + "/" + name, /*isPickle=*/false);
+  if (!bytes) {
+    problem(printable(bytes.error()));
+    return Status::success();
+  }
+  bytesRead_ += bytes->size();
+  // The index is a function of `.metadata` and the item digests: rebuilt,
+  // it must be the same bytes.
+  Result<std::string> expected = chunkindex::build(metadata_, hasIndex_ ? &index_.items : nullptr,
+                                                   metadataSize_, metadataXxh3_);
+  if (!expected) {
+    problem(pathOf(name) + ": this checkpoint cannot have a chunk index (" +
+            printable(expected.error()) + ")");
+  } else if (*expected != *bytes) {
+    size_t at =
+        std::mismatch(expected->begin(),
+                      expected->begin() + std::min(expected->size(), bytes->size()), bytes->begin())
+            .first -
+        expected->begin();
+    problem(pathOf(name) + ": does not match .metadata" +
+            (hasIndex_ ? std::string(" and ") + integrity::kIndexFileName : std::string()) +
+            " (first difference at byte " + std::to_string(at) + " of " +
+            std::to_string(bytes->size()) + ")");
+  }
+  return Status::success();
+}
+
 Status CheckpointReader::verifyAll(std::string &report) {
+  if (fromChunkIndex_)
+    return makeError("verify needs a reader opened without the chunk index");
   size_t problems = 0;
   Status walked = hasIndex_ ? verifyIndexed(report, problems) : verifyCrcs(report, problems);
   if (!walked)
     return walked;
+  if (Status status = verifyChunkIndex(report, problems); !status)
+    return status;
   // Every tensor item's header against what `.metadata` says of it.
   for (const auto &[key, saved] : metadata_.stateDictMetadata) {
     if (saved.isBytes)

@@ -36,7 +36,7 @@ Error incompatible(std::string message) {
 
 /// A saved chunk that overlaps the piece being loaded.
 struct Overlap {
-  const dcp::ChunkMetadata *chunk;
+  const SavedChunk *chunk;
   layout::Box source;  // the saved chunk
   layout::Box overlap; // its part inside the piece
   int64_t rowBegin() const { return overlap.offsets.empty() ? 0 : overlap.offsets[0]; }
@@ -50,22 +50,24 @@ class Loader {
 public:
   Loader(CheckpointReader &reader, uint64_t bandBytes) : reader_(reader), bandBytes_(bandBytes) {}
 
-  /// The indices of `reads` sorted by where the first saved chunk each one
+  /// Finds the saved chunks every read needs (through the chunk index when
+  /// the checkpoint has one), before any data is read.
+  Status plan(const std::vector<plan::ReadItem> &reads) {
+    Result<std::vector<std::vector<SavedChunk>>> planned = reader_.planReads(reads);
+    if (!planned)
+      return planned.failure();
+    planned_ = planned.take();
+    return Status::success();
+  }
+
+  /// The indices of the reads sorted by where the first saved chunk each one
   /// needs lies (file, offset); reads without one keep their place at the end.
-  std::vector<size_t> fileOrder(const std::vector<plan::ReadItem> &reads) const {
+  std::vector<size_t> fileOrder() const {
     std::vector<std::tuple<std::string, uint64_t, size_t>> keyed;
-    for (size_t index = 0; index < reads.size(); ++index) {
-      const plan::ReadItem &read = reads[index];
+    for (size_t index = 0; index < planned_.size(); ++index) {
       std::tuple<std::string, uint64_t, size_t> key{std::string(1, '\xff'), 0, index};
-      if (const dcp::StorageMetadata *saved = reader_.find(read.key); saved && !saved->isBytes) {
-        layout::Box target{read.chunkOffsets, read.chunkSizes};
-        for (const dcp::ChunkMetadata &chunk : saved->chunks)
-          if (layout::intersect(layout::Box{chunk.offsets, chunk.sizes}, target)) {
-            if (const dcp::StorageInfo *where = reader_.storageOf(read.key, chunk.offsets))
-              key = {where->relativePath, where->offset, index};
-            break;
-          }
-      }
+      if (!planned_[index].empty())
+        key = {planned_[index].front().file, planned_[index].front().itemOffset, index};
       keyed.push_back(std::move(key));
     }
     std::sort(keyed.begin(), keyed.end());
@@ -75,23 +77,26 @@ public:
     return order;
   }
 
-  /// One piece; `staging` is the calling worker's host staging.
-  Status loadPiece(const plan::ReadItem &read, RankBuffers &buffers, std::string &staging) {
+  /// Piece `index` of the plan's reads; `staging` is the calling worker's
+  /// host staging.
+  Status loadPiece(const plan::ReadItem &read, size_t index, RankBuffers &buffers,
+                   std::string &staging) {
     const std::string &dir = reader_.dir();
-    const dcp::StorageMetadata *saved = reader_.find(read.key);
+    std::optional<KeyInfo> saved = reader_.keyInfo(read.key);
     if (!saved)
       return incompatible(read.key + ": missing in " + reader_.pathOf(".metadata"));
     if (saved->isBytes)
       return incompatible(read.key + ": " + printable(dir) +
                           " holds a bytes item, the plan expects a tensor");
-    if (saved->size != read.globalShape)
+    if (saved->shape != read.globalShape)
       return incompatible(read.key + ": shape mismatch: " + printable(dir) + " has " +
-                          dimsText(saved->size) + ", the plan expects " +
+                          dimsText(saved->shape) + ", the plan expects " +
                           dimsText(read.globalShape));
-    if (saved->properties.dtype != read.dtype)
+    if (saved->dtype != read.dtype)
       return incompatible(read.key + ": dtype mismatch: " + printable(dir) + " has " +
-                          dcp::dtypeInfo(saved->properties.dtype).name + ", the plan expects " +
+                          dcp::dtypeInfo(saved->dtype).name + ", the plan expects " +
                           dcp::dtypeInfo(read.dtype).name);
+    const std::vector<SavedChunk> &chunks = planned_[index];
     Result<BufferView> view = buffers.get(read.buffer.group, read.buffer.role);
     if (!view)
       return propagate(view, read.key + ": " + view.error());
@@ -105,7 +110,7 @@ public:
     uint64_t pieceBytes = static_cast<uint64_t>(read.buffer.elements) * elementSize;
     layout::Box target{read.chunkOffsets, read.chunkSizes};
     if (view->backend->hostAccessible()) {
-      if (Status status = loadBox(read.key, *saved, target, elementSize,
+      if (Status status = loadBox(read.key, chunks, target, elementSize,
                                   static_cast<char *>(view->data) + pieceOffset);
           !status)
         return status;
@@ -126,7 +131,7 @@ public:
         }
         uint64_t bandBytes = band.sizes.empty() ? rowBytes : rowBytes * band.sizes[0];
         staging.resize(bandBytes);
-        if (Status status = loadBox(read.key, *saved, band, elementSize, staging.data()); !status)
+        if (Status status = loadBox(read.key, chunks, band, elementSize, staging.data()); !status)
           return status;
         if (Status status = view->copyIn(pieceOffset + static_cast<uint64_t>(row) * rowBytes,
                                          bandBytes, staging.data());
@@ -138,14 +143,15 @@ public:
     return Status::success();
   }
 
-  /// The saved chunks of `key` overlapping `target` (a box of the tensor)
-  /// into host memory at `base`, laid out as the box: every element covered,
-  /// chunks that overlap each other agreeing.
-  Status loadBox(const std::string &key, const dcp::StorageMetadata &saved,
+  /// The saved chunks of `key` overlapping `target` (a box of the tensor;
+  /// `chunks` holds every saved chunk that may) into host memory at `base`,
+  /// laid out as the box: every element covered, chunks that overlap each
+  /// other agreeing.
+  Status loadBox(const std::string &key, const std::vector<SavedChunk> &chunks,
                  const layout::Box &target, uint64_t elementSize, char *base) {
     const std::string &dir = reader_.dir();
     std::vector<Overlap> overlaps;
-    for (const dcp::ChunkMetadata &chunk : saved.chunks) {
+    for (const SavedChunk &chunk : chunks) {
       layout::Box source{chunk.offsets, chunk.sizes};
       if (std::optional<layout::Box> overlap = layout::intersect(source, target))
         overlaps.push_back({&chunk, source, *overlap});
@@ -185,15 +191,15 @@ public:
     return Status::success();
   }
 
-  Result<float> loadStep(const plan::ReadItem &read) {
-    const dcp::StorageMetadata *saved = reader_.find(read.key);
+  Result<float> loadStep(const plan::ReadItem &read, size_t index) {
+    std::optional<KeyInfo> saved = reader_.keyInfo(read.key);
     if (!saved)
       return incompatible(read.key + ": missing in " + reader_.pathOf(".metadata"));
-    if (saved->isBytes || !saved->size.empty() || saved->chunks.size() != 1 ||
-        saved->properties.dtype != dcp::DType::Float32)
+    if (saved->isBytes || !saved->shape.empty() || saved->chunkCount != 1 ||
+        planned_[index].size() != 1 || saved->dtype != dcp::DType::Float32)
       return incompatible(read.key + ": expected a 0-d float32 tensor in " +
                           printable(reader_.dir()));
-    Result<TensorItem *> item = reader_.tensorItem(read.key, saved->chunks[0]);
+    Result<TensorItem *> item = reader_.tensorItem(read.key, planned_[index][0]);
     if (!item)
       return item.failure();
     std::string storage((*item)->record.storageBytes(), '\0');
@@ -208,9 +214,7 @@ public:
   /// Every bytes item's raw archive, checked: what a reshard carries over.
   Result<std::map<std::string, std::string>> bytesItems() {
     std::map<std::string, std::string> out;
-    for (const auto &[key, storage] : reader_.metadata().stateDictMetadata) {
-      if (!storage.isBytes)
-        continue;
+    for (const std::string &key : reader_.bytesKeys()) {
       Result<std::string> bytes = reader_.bytesItem(key);
       if (!bytes)
         return bytes.failure();
@@ -300,6 +304,7 @@ private:
   static constexpr uint64_t kWholeItemBytes = 64 << 20;
 
   CheckpointReader &reader_;
+  std::vector<std::vector<SavedChunk>> planned_; // per read: the saved chunks it needs
   uint64_t bandBytes_;                 // the most host staging one band of a device piece takes
   std::atomic<uint64_t> bytesRead_{0}; // pieces loaded, by every worker
 };
@@ -313,10 +318,13 @@ Result<LoadResult> loadCheckpoint(const plan::RankPlan &plan, RankBuffers &buffe
   LoadResult result;
   ReaderOptions readerOptions;
   readerOptions.verifyItems = options.verifyChecksums;
+  // Our checkpoints' chunk index: no rank parses `.metadata` (near 1 GB at
+  // scale) or `.fsdp-index`; each reads the index pages its pieces need.
+  readerOptions.useChunkIndex = true;
   Result<std::unique_ptr<CheckpointReader>> reader =
       CheckpointReader::open(dir, storage, readerOptions);
   Status status = reader ? Status::success() : Status(reader.failure());
-  if (reader && !(*reader)->index() && options.verifyChecksums && options.notice)
+  if (reader && !(*reader)->hasChecksums() && options.verifyChecksums && options.notice)
     options.notice(printable(trimSlashes(dir)) +
                    " has no integrity index (not written by fsdp-mlir): checking the zip CRC "
                    "of every item read");
@@ -337,16 +345,18 @@ Result<LoadResult> loadCheckpoint(const plan::RankPlan &plan, RankBuffers &buffe
     // files, so each file is read front to back.
     std::vector<size_t> order;
     if (status)
-      order = loader->fileOrder(plan.reads);
+      status = loader->plan(plan.reads);
+    if (status)
+      order = loader->fileOrder();
     if (status)
       status = forEachItem(order.size(), threads, [&](size_t position, unsigned worker) {
         size_t index = order[position];
         const plan::ReadItem &read = plan.reads[index];
         if (read.source == plan::ItemSource::Buffer) {
-          if (Status piece = loader->loadPiece(read, buffers, staging[worker]); !piece)
+          if (Status piece = loader->loadPiece(read, index, buffers, staging[worker]); !piece)
             return piece;
         } else if (read.source == plan::ItemSource::Step) {
-          Result<float> step = loader->loadStep(read);
+          Result<float> step = loader->loadStep(read, index);
           if (!step)
             return Status(step.failure());
           steps[index] = *step;

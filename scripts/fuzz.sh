@@ -18,7 +18,7 @@ cmake -G Ninja -S "$ROOT" -B "$BUILD" \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_COMPILER="$CXX" -DCMAKE_C_COMPILER="$CC" \
   -DFSDP_BUILD_COMPILER=OFF -DFSDP_BUILD_TESTS=OFF -DFSDP_BUILD_FUZZERS=ON >/dev/null
-ninja -C "$BUILD" FuzzPickle FuzzZip FuzzPlan FuzzCheckpoint MakePlanSeed
+ninja -C "$BUILD" FuzzPickle FuzzZip FuzzPlan FuzzCheckpoint FuzzChunkIndex MakePlanSeed
 
 # Seeds: .metadata and every item's data.pkl for the unpickler; every item
 # (its byte range of a data file) and whole data files for the zip reader.
@@ -77,7 +77,7 @@ PY
 status=0
 RESULTS="$BUILD/fuzz/results.txt"
 : > "$RESULTS"
-for fuzzer in FuzzPickle FuzzZip FuzzPlan FuzzCheckpoint; do
+for fuzzer in FuzzPickle FuzzZip FuzzPlan FuzzCheckpoint FuzzChunkIndex; do
   seeds="$SEEDS/pickle"
   [[ $fuzzer == FuzzCheckpoint ]] && seeds="$SEEDS/checkpoint"
   [[ $fuzzer == FuzzZip ]] && seeds="$SEEDS/zip"

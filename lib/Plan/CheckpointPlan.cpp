@@ -10,6 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "fsdp/Plan/CheckpointPlan.h"
+#include "fsdp/Format/ChunkIndex.h"
 #include "fsdp/Format/Pickle.h"
 #include "fsdp/Format/Zip.h"
 
@@ -144,7 +145,7 @@ public:
 
   Result<RankPlan> planRank(int64_t rank);
   Result<dcp::Metadata> globalMetadata();
-  Result<uint64_t> streamGlobalMetadata(const dcp::ByteSink &sink);
+  Result<uint64_t> streamGlobalMetadata(const dcp::ByteSink &sink, std::string *chunkIndex);
 
 private:
   /// One state_dict_metadata key.
@@ -571,7 +572,7 @@ Result<dcp::Metadata> Planner::globalMetadata() {
   return metadata;
 }
 
-Result<uint64_t> Planner::streamGlobalMetadata(const dcp::ByteSink &sink) {
+Result<uint64_t> Planner::streamGlobalMetadata(const dcp::ByteSink &sink, std::string *chunkIndex) {
   // state_dict_metadata lists each key's chunks in rank order and comes
   // before storage_data, which lists every rank's items: one walk of the
   // world keeps, per chunk, only what the pickle needs (its rows, and where
@@ -614,7 +615,13 @@ Result<uint64_t> Planner::streamGlobalMetadata(const dcp::ByteSink &sink) {
     writes_.erase(rank); // O(one rank) memory while walking the world.
   }
 
-  dcp::MetadataStreamWriter writer(sink);
+  // The chunk index's header holds the pickle's length and xxh3.
+  integrity::StreamingXxh3 pickleHash;
+  dcp::MetadataStreamWriter writer([&](std::string_view bytes) -> Status {
+    if (chunkIndex)
+      pickleHash.update(bytes.data(), bytes.size());
+    return sink(bytes);
+  });
   dcp::Dims offsets, sizes;
   auto chunkBox = [&](const MetadataKey &key, const RowBand &band) {
     offsets.assign(key.shape.size(), 0);
@@ -662,7 +669,83 @@ Result<uint64_t> Planner::streamGlobalMetadata(const dcp::ByteSink &sink) {
     if (!writer.status())
       return writer.status().failure();
   }
-  return writer.finish(std::nullopt, std::string("1.0.0"));
+  Result<uint64_t> pickled = writer.finish(std::nullopt, std::string("1.0.0"));
+  if (!pickled || !chunkIndex)
+    return pickled;
+
+  // The chunk index of the same chunks, without checksums (the commit fills
+  // them in): from the ~40 bytes a chunk kept above, not a dcp::Metadata.
+  // Data files: every rank that writes, by name.
+  std::vector<std::pair<std::string, int64_t>> fileNames;
+  for (int64_t rank = 0; rank < world_; ++rank)
+    if (rankEnd[static_cast<size_t>(rank)] != (rank ? rankEnd[static_cast<size_t>(rank - 1)] : 0))
+      fileNames.push_back({dataFileName(rank), rank});
+  std::sort(fileNames.begin(), fileNames.end());
+  std::vector<uint32_t> fileOfRank(static_cast<size_t>(world_), 0);
+  std::vector<std::string> files;
+  for (const auto &[name, rank] : fileNames) {
+    fileOfRank[static_cast<size_t>(rank)] = static_cast<uint32_t>(files.size());
+    files.push_back(name);
+  }
+  fileNames.clear();
+  // Each key's items (4 bytes an item), bucketed by key in rank order:
+  // chunk j of a key is its j-th item, as above.
+  std::vector<uint64_t> keyBegin(keys.size() + 1, 0);
+  for (const StoredItem &stored : items)
+    ++keyBegin[stored.key + 1];
+  for (size_t k = 0; k < keys.size(); ++k)
+    keyBegin[k + 1] += keyBegin[k];
+  std::vector<uint32_t> byKey(items.size());
+  {
+    std::vector<uint64_t> next(keyBegin.begin(), keyBegin.end() - 1);
+    for (size_t i = 0; i < items.size(); ++i)
+      byKey[next[items[i].key]++] = static_cast<uint32_t>(i);
+  }
+  std::vector<uint32_t> keyOrder(keys.size());
+  for (size_t k = 0; k < keys.size(); ++k)
+    keyOrder[k] = static_cast<uint32_t>(k);
+  std::sort(keyOrder.begin(), keyOrder.end(),
+            [&](uint32_t a, uint32_t b) { return keys[a].key < keys[b].key; });
+  Result<chunkindex::Builder> builder = chunkindex::Builder::create(std::move(files));
+  if (!builder)
+    return builder.failure();
+  builder->reserve(keys.size(), items.size());
+  std::vector<std::pair<int64_t, uint32_t>> chunks; // (row, chunk), sorted by row
+  for (uint32_t k : keyOrder) {
+    const MetadataKey &key = keys[k];
+    Status status = builder->addKey(key.key, key.isBytes, key.dtype, key.shape);
+    if (!status && status.kind() == ErrorKind::Incompatible) {
+      chunkIndex->clear(); // more dimensions than an index holds: loads read `.metadata`
+      return pickled;
+    }
+    if (!status)
+      return status.failure();
+    uint64_t begin = keyBegin[k], end = keyBegin[k + 1];
+    chunks.clear();
+    for (uint64_t j = 0; j < end - begin; ++j)
+      chunks.push_back({key.isBytes ? 0 : bands[k][j].row, static_cast<uint32_t>(j)});
+    std::stable_sort(chunks.begin(), chunks.end());
+    for (const auto &[row, j] : chunks) {
+      uint32_t i = byKey[begin + j];
+      const StoredItem &stored = items[i];
+      size_t rank = std::upper_bound(rankEnd.begin(), rankEnd.end(), size_t(i)) - rankEnd.begin();
+      if (key.isBytes) {
+        offsets.clear();
+        sizes.clear();
+      } else {
+        chunkBox(key, bands[k][j]);
+      }
+      if (Status added = builder->addChunk(offsets, sizes, fileOfRank[rank], stored.itemOffset,
+                                           stored.itemLength);
+          !added)
+        return added.failure();
+    }
+  }
+  Result<std::string> index = builder->finish(false, *pickled, pickleHash.digest());
+  if (!index)
+    return index.failure();
+  *chunkIndex = index.take();
+  return pickled;
 }
 
 } // namespace
@@ -686,8 +769,9 @@ Result<CheckpointPlanner> CheckpointPlanner::create(const ModelLayout &model) {
 
 Result<RankPlan> CheckpointPlanner::planRank(int64_t rank) { return impl_->planRank(rank); }
 Result<dcp::Metadata> CheckpointPlanner::globalMetadata() { return impl_->globalMetadata(); }
-Result<uint64_t> CheckpointPlanner::streamGlobalMetadata(const dcp::ByteSink &sink) {
-  return impl_->streamGlobalMetadata(sink);
+Result<uint64_t> CheckpointPlanner::streamGlobalMetadata(const dcp::ByteSink &sink,
+                                                         std::string *chunkIndex) {
+  return impl_->streamGlobalMetadata(sink, chunkIndex);
 }
 
 std::string dataFileName(int64_t rank) { return "__" + std::to_string(rank) + "_0.distcp"; }

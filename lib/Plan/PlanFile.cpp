@@ -151,39 +151,71 @@ std::string buildRankPart(const RankPlan &plan) {
   return std::string(reinterpret_cast<const char *>(fbb.GetBufferPointer()), fbb.GetSize());
 }
 
+/// The global part. The chunk index goes in only when asked for and when
+/// the part then stays within `indexBudget` (what the file has left).
 Result<std::string> buildGlobalPart(const ModelLayout &model, CheckpointPlanner &planner,
-                                    uint64_t maxBytes) {
+                                    uint64_t maxBytes, bool withChunkIndex, uint64_t indexBudget) {
   // The `.metadata` streams from the planner through deflate: at 16,384
   // ranks it is ~670 MB inflated, ~40 MB deflated.
   Deflater deflater;
-  Result<uint64_t> pickled = planner.streamGlobalMetadata([&](std::string_view bytes) -> Status {
-    if (Status status = deflater.write(bytes); !status)
-      return status;
-    if (deflater.size() > maxBytes)
-      return tooLarge(maxBytes, "the DCP .metadata alone passes that deflated",
-                      "the plan format cannot carry this checkpoint's .metadata");
-    return Status::success();
-  });
+  std::string chunkIndex;
+  Result<uint64_t> pickled = planner.streamGlobalMetadata(
+      [&](std::string_view bytes) -> Status {
+        if (Status status = deflater.write(bytes); !status)
+          return status;
+        if (deflater.size() > maxBytes)
+          return tooLarge(maxBytes, "the DCP .metadata alone passes that deflated",
+                          "the plan format cannot carry this checkpoint's .metadata");
+        return Status::success();
+      },
+      withChunkIndex ? &chunkIndex : nullptr);
   if (!pickled)
     return pickled.failure();
   Result<std::string> deflated = deflater.finish();
   if (!deflated)
     return deflated.failure();
-  FlatBufferBuilder fbb(deflated->size() + 4096);
-  auto bytes =
-      fbb.CreateVector(reinterpret_cast<const uint8_t *>(deflated->data()), deflated->size());
-  std::vector<Offset<fb::GroupInfo>> groups;
-  for (const GroupSpec &group : model.groups)
-    groups.push_back(
-        fb::CreateGroupInfoDirect(fbb, group.unit.c_str(), static_cast<uint8_t>(group.dtype),
-                                  group.requiresGrad, group.chunk, group.size, group.shardSize));
-  auto groupVector = fbb.CreateVector(groups);
-  auto params = fbb.CreateVectorOfStrings(model.optimizerParams);
-  fbb.Finish(fb::CreateGlobalPart(fbb, /*metadata=*/0, groupVector, params, bytes, *pickled));
-  if (fbb.GetSize() > maxBytes)
-    return tooLarge(maxBytes, "the global part is " + std::to_string(fbb.GetSize()) + " bytes",
+  // The chunk index (576 MB at 16,384 ranks) deflated too; dropped when it
+  // would not fit, the commit then builds it from the parsed `.metadata`.
+  std::string indexDeflated;
+  uint64_t indexSize = chunkIndex.size();
+  if (!chunkIndex.empty()) {
+    Deflater indexDeflater;
+    if (Status status = indexDeflater.write(chunkIndex); !status)
+      return status.failure();
+    chunkIndex = std::string();
+    Result<std::string> index = indexDeflater.finish();
+    if (!index)
+      return index.failure();
+    indexDeflated = index.take();
+  }
+  auto build = [&](bool withIndex) {
+    FlatBufferBuilder fbb(deflated->size() + (withIndex ? indexDeflated.size() : 0) + 4096);
+    // The builder fills back to front: the index first leaves the
+    // `.metadata` first in the file, where it was.
+    Offset<flatbuffers::Vector<uint8_t>> index;
+    if (withIndex)
+      index = fbb.CreateVector(reinterpret_cast<const uint8_t *>(indexDeflated.data()),
+                               indexDeflated.size());
+    auto bytes =
+        fbb.CreateVector(reinterpret_cast<const uint8_t *>(deflated->data()), deflated->size());
+    std::vector<Offset<fb::GroupInfo>> groups;
+    for (const GroupSpec &group : model.groups)
+      groups.push_back(
+          fb::CreateGroupInfoDirect(fbb, group.unit.c_str(), static_cast<uint8_t>(group.dtype),
+                                    group.requiresGrad, group.chunk, group.size, group.shardSize));
+    auto groupVector = fbb.CreateVector(groups);
+    auto params = fbb.CreateVectorOfStrings(model.optimizerParams);
+    fbb.Finish(fb::CreateGlobalPart(fbb, /*metadata=*/0, groupVector, params, bytes, *pickled,
+                                    index, withIndex ? indexSize : 0));
+    return std::string(reinterpret_cast<const char *>(fbb.GetBufferPointer()), fbb.GetSize());
+  };
+  std::string part = build(!indexDeflated.empty());
+  if (part.size() > std::min(maxBytes, indexBudget) && !indexDeflated.empty())
+    part = build(false);
+  if (part.size() > maxBytes)
+    return tooLarge(maxBytes, "the global part is " + std::to_string(part.size()) + " bytes",
                     "the plan format cannot carry this checkpoint's .metadata");
-  return std::string(reinterpret_cast<const char *>(fbb.GetBufferPointer()), fbb.GetSize());
+  return part;
 }
 
 //===----------------------------------------------------------------------===//
@@ -255,7 +287,8 @@ Offset<flatbuffers::Vector<uint8_t>> nestedVector(FlatBufferBuilder &fbb,
 /// a buffer FlatBuffers cannot address.
 Result<std::string> serializePlan(const ModelLayout &model, CheckpointPlanner &planner,
                                   const std::vector<int64_t> &ranks, bool withGlobal,
-                                  int64_t commitRank, uint64_t maxBytes) {
+                                  int64_t commitRank, uint64_t maxBytes,
+                                  bool withChunkIndex = true) {
   // What a file holds besides its parts: the root table, the mesh and, per
   // part, a table, an offset and up to 8 bytes of alignment.
   uint64_t overhead = 4096 + 64 * ranks.size();
@@ -282,7 +315,9 @@ Result<std::string> serializePlan(const ModelLayout &model, CheckpointPlanner &p
   }
   Offset<flatbuffers::Vector<uint8_t>> global;
   if (withGlobal) {
-    Result<std::string> part = buildGlobalPart(model, planner, maxBytes);
+    uint64_t used = fbb.GetSize() + overhead;
+    Result<std::string> part = buildGlobalPart(model, planner, maxBytes, withChunkIndex,
+                                               used < maxBytes ? maxBytes - used : 0);
     if (!part)
       return part.failure();
     uint64_t projected = fbb.GetSize() + part->size() + overhead;
@@ -332,7 +367,8 @@ Result<std::string> buildPlanFile(const ModelLayout &model, const PlanFileOption
   bool withGlobal = options.global == PlanFileOptions::Global::Always ||
                     (options.global == PlanFileOptions::Global::IfCommitRank &&
                      std::binary_search(ranks->begin(), ranks->end(), kCommitRank));
-  return serializePlan(model, *planner, *ranks, withGlobal, kCommitRank, options.maxFileBytes);
+  return serializePlan(model, *planner, *ranks, withGlobal, kCommitRank, options.maxFileBytes,
+                       options.chunkIndex);
 }
 
 std::string planFileName(int64_t rank) { return "rank-" + std::to_string(rank) + ".fsdpplan"; }
@@ -614,9 +650,9 @@ namespace {
 /// bytes; the file is untrusted, so the size is checked against what
 /// deflate can produce before anything is allocated.
 Result<std::string> inflateMetadata(const flatbuffers::Vector<uint8_t> &deflated, uint64_t size,
-                                    const std::string &name) {
+                                    const std::string &name, const char *content = ".metadata") {
   auto corrupt = [&](const std::string &what) {
-    return makeError(name + ": corrupt global part (the deflated .metadata " + what + ")",
+    return makeError(name + ": corrupt global part (the deflated " + content + " " + what + ")",
                      ErrorKind::Corrupt);
   };
   // Deflate expands nothing more than 1032 times.
@@ -672,6 +708,17 @@ Result<std::string> PlanFile::metadataBytes() const {
   if (!(*global)->metadata_deflated())
     return makeError(name_ + ": global part has no metadata");
   return inflateMetadata(*(*global)->metadata_deflated(), (*global)->metadata_size(), name_);
+}
+
+Result<std::string> PlanFile::chunkIndexBytes() const {
+  std::string copy;
+  Result<const fb::GlobalPart *> global = globalPart(*bytes_, name_, copy);
+  if (!global)
+    return global.failure();
+  const flatbuffers::Vector<uint8_t> *deflated = (*global)->chunk_index_deflated();
+  if (!deflated || deflated->size() == 0)
+    return std::string(); // an older plan, or none could be built
+  return inflateMetadata(*deflated, (*global)->chunk_index_size(), name_, "chunk index");
 }
 
 Result<std::vector<PlanGroupInfo>> PlanFile::groups() const {
@@ -800,6 +847,10 @@ Result<std::string> PlanFile::toJSON(std::optional<int64_t> onlyRank) const {
                        {"metadata_deflated_bytes", deflated->size()}};
     else
       return makeError(name_ + ": global part has no metadata");
+    if (const auto *index = (*global)->chunk_index_deflated()) {
+      out["global"]["chunk_index_bytes"] = (*global)->chunk_index_size();
+      out["global"]["chunk_index_deflated_bytes"] = index->size();
+    }
   }
   // Replace, not throw: a corrupt plan may hold invalid UTF-8.
   return out.dump(1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";

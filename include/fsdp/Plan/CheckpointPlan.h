@@ -120,8 +120,13 @@ public:
   Result<dcp::Metadata> globalMetadata();
   /// The pickled globalMetadata() (serializeMetadata's bytes) streamed to
   /// `sink` as it is written, holding about 40 bytes per chunk rather than
-  /// the Metadata or the pickle. Returns the pickle's size.
-  Result<uint64_t> streamGlobalMetadata(const dcp::ByteSink &sink);
+  /// the Metadata or the pickle. Returns the pickle's size. With
+  /// `chunkIndex`, also builds the checkpoint's chunk index without
+  /// checksums (chunkindex::build's bytes for this pickle, from the same
+  /// ~40 bytes a chunk plus 96 a record), or empty when a tensor has more
+  /// dimensions than an index holds.
+  Result<uint64_t> streamGlobalMetadata(const dcp::ByteSink &sink,
+                                        std::string *chunkIndex = nullptr);
 
   class Impl;
 

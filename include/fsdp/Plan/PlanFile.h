@@ -31,6 +31,10 @@ struct PlanFileOptions {
   /// A plan that would be larger fails, naming the limit, before it is
   /// built whole. Lower than kMaxPlanFileBytes only to test that check.
   uint64_t maxFileBytes = kMaxPlanFileBytes;
+  /// The global part carries the checkpoint's chunk index (without
+  /// checksums), so the commit need not parse `.metadata`. Off: a plan as
+  /// older versions wrote it (tests compare the two commit paths).
+  bool chunkIndex = true;
 };
 
 /// Plans the requested ranks of `model` and serializes them.
@@ -75,6 +79,10 @@ public:
   /// The pickled DCP `.metadata` the committing rank writes (inflated when
   /// the plan holds it deflated).
   Result<std::string> metadataBytes() const;
+  /// The checkpoint's chunk index without checksums, inflated; empty when
+  /// the plan has none (older plans; tensors of more than 4 dimensions):
+  /// the commit then builds it from the parsed `.metadata`.
+  Result<std::string> chunkIndexBytes() const;
   Result<std::vector<PlanGroupInfo>> groups() const;
   Result<std::vector<std::string>> optimizerParams() const;
 

@@ -17,6 +17,12 @@
 //    the zip CRC of its data record in PyTorch's; each use of an opened
 //    tensor item re-checks its dtype, shape and byte count against the key
 //    that uses it.
+// Keys and chunks come from one of two sources behind the same queries
+// (keyInfo, chunksOverlapping, bytesKeys): our compact chunk index
+// `.fsdp-chunks` (ReaderOptions::useChunkIndex, what a load asks for: then
+// neither `.metadata` nor `.fsdp-index` is read, and only the index pages a
+// query touches are), or the parsed `.metadata` (PyTorch's checkpoints, and
+// verify and inspect, which read everything).
 // Opened, it may be used from several threads at once (a load's workers).
 // Errors carry their kind (not found, corrupt, incompatible, I/O) and name
 // the file and key; bytes from files are escaped where they are printed.
@@ -25,9 +31,11 @@
 #ifndef FSDP_RUNTIME_CHECKPOINTREADER_H
 #define FSDP_RUNTIME_CHECKPOINTREADER_H
 
+#include "fsdp/Format/ChunkIndex.h"
 #include "fsdp/Format/DcpMetadata.h"
 #include "fsdp/Format/IntegrityIndex.h"
 #include "fsdp/Format/Zip.h"
+#include "fsdp/Plan/CheckpointPlan.h"
 #include "fsdp/Runtime/Storage.h"
 
 #include <atomic>
@@ -35,8 +43,10 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 namespace fsdp {
 namespace runtime {
@@ -54,8 +64,10 @@ struct TensorItem {
   uint32_t dataCrc = 0;    // the zip CRC of the storage record
   zip::TensorRecord record;
   bool contiguous = true; // C order
-  /// The index's checksum of the whole item, or null (then the zip CRC).
-  const integrity::ItemChecksum *checksum = nullptr;
+  /// The xxh3 of the whole item (from the integrity or the chunk index), or
+  /// none (PyTorch's checkpoints: then the zip CRC).
+  std::optional<uint64_t> xxh3;
+  std::string label; // the item's name in the index ("model.w@[4, 0]"), for messages
   std::atomic<bool> verified{false}; // set by whichever thread checked it
 };
 
@@ -63,6 +75,24 @@ struct ReaderOptions {
   /// Check items when they are first read (against the index or the zip
   /// CRCs). Off only for measurements.
   bool verifyItems = true;
+  /// Answer key and chunk queries from `.fsdp-chunks` when the checkpoint
+  /// has one, reading neither `.metadata` nor `.fsdp-index` (a load's
+  /// choice); metadata(), find() and storageOf() then know nothing. A chunk
+  /// index that is damaged fails the open (kind corrupt).
+  bool useChunkIndex = false;
+};
+
+/// A key as a load needs it: bytes item or tensor, dtype, global shape.
+using KeyInfo = chunkindex::KeyInfo;
+
+/// One saved chunk (or bytes item) and where its item lies.
+struct SavedChunk {
+  dcp::Dims offsets, sizes;
+  std::string file;
+  uint64_t itemOffset = 0, itemLength = 0;
+  /// The item's xxh3 when the chunk index holds it (else looked up in
+  /// `.fsdp-index`, or none).
+  std::optional<uint64_t> xxh3;
 };
 
 class CheckpointReader {
@@ -74,17 +104,44 @@ public:
                                                         const ReaderOptions &options = {});
 
   const std::string &dir() const { return dir_; }
+  /// True when keys and chunks come from the chunk index (`.metadata` and
+  /// `.fsdp-index` unread).
+  bool usesChunkIndex() const { return fromChunkIndex_; }
+  /// True when items are checked against xxh3 digests (our checkpoints),
+  /// false when against zip CRCs (PyTorch's).
+  bool hasChecksums() const { return fromChunkIndex_ || hasIndex_; }
+
+  /// The key, or nullopt when the checkpoint lacks it.
+  std::optional<KeyInfo> keyInfo(const std::string &key) const;
+  /// The saved chunks of tensor `key` that overlap the box [offsets, offsets
+  /// + sizes) of it, in offsets order (every chunk of a 0-d tensor); none for
+  /// a missing key or a box of another rank. Fails when the chunk index is
+  /// damaged where the query reads it.
+  Result<std::vector<SavedChunk>>
+  chunksOverlapping(const std::string &key, const dcp::Dims &offsets, const dcp::Dims &sizes) const;
+  /// Every bytes item's key, sorted.
+  std::vector<std::string> bytesKeys() const;
+  /// For each read of a rank's plan, the saved chunks it needs: those that
+  /// overlap its piece (a tensor piece) or the step's one chunk; none where
+  /// the checkpoint lacks the key or holds it with another shape (the load
+  /// reports those). What a load does before reading any data, alone.
+  Result<std::vector<std::vector<SavedChunk>>>
+  planReads(const std::vector<plan::ReadItem> &reads) const;
+
+  /// The parsed `.metadata` and integrity index (empty and null when the
+  /// chunk index is used).
   const dcp::Metadata &metadata() const { return metadata_; }
   /// The integrity index (our checkpoints have one), or null.
   const integrity::IntegrityIndex *index() const { return hasIndex_ ? &index_ : nullptr; }
-
   const dcp::StorageMetadata *find(const std::string &key) const;
   /// The storage of a tensor chunk (offsets) or of a bytes item (nullopt).
   const dcp::StorageInfo *storageOf(const std::string &key,
                                     const std::optional<dcp::Dims> &offsets) const;
 
   /// The item of `chunk` of tensor `key`, opened (once) and checked against
-  /// what `.metadata` says of that key: dtype, chunk shape, storage size.
+  /// what the checkpoint says of that key: dtype, chunk shape, storage size.
+  Result<TensorItem *> tensorItem(const std::string &key, const SavedChunk &chunk);
+  /// The same for a chunk of the parsed `.metadata`.
   Result<TensorItem *> tensorItem(const std::string &key, const dcp::ChunkMetadata &chunk);
   /// True while an item's bytes are still to be checked: reads of parts of
   /// it must go through readStorage first.
@@ -107,20 +164,24 @@ public:
 
   /// Checks every byte (our checkpoints: items, padding, trailing bytes
   /// against the index; PyTorch's: every zip CRC) and every tensor item's
-  /// header against `.metadata`, streaming files in blocks. One line per
-  /// problem in `report`; fails when there was any.
+  /// header against `.metadata`, streaming files in blocks, and that the
+  /// chunk index, when there is one, is exactly the one `.metadata` and the
+  /// integrity index make. One line per problem in `report`; fails when
+  /// there was any. Needs a reader opened without useChunkIndex.
   Status verifyAll(std::string &report);
 
   /// directory/name, for messages (name escaped).
   std::string pathOf(const std::string &name) const;
 
-  /// Bytes read from storage so far (`.metadata`, the index, items).
-  uint64_t bytesRead() const { return bytesRead_; }
+  /// Bytes read from storage so far (`.metadata`, the indexes, items).
+  uint64_t bytesRead() const { return bytesRead_ + (chunks_ ? chunks_->bytesRead() : 0); }
 
 private:
   CheckpointReader(std::string dir, Storage &storage, const ReaderOptions &options)
       : dir_(std::move(dir)), storage_(storage), options_(options) {}
   Status readMetadataAndIndex();
+  /// Opens `.fsdp-chunks`; false in `used` when there is none to use.
+  Status openChunkIndex(bool &used);
   Result<const zip::ByteSource *> file(const std::string &name);
   /// Checks [offset, offset + length) lies in `file`; names the key.
   Status checkBounds(const std::string &key, const std::string &name, uint64_t offset,
@@ -129,16 +190,23 @@ private:
   /// each), checks it, marks the item checked.
   Status readAndCheck(TensorItem &item, const std::function<char *(uint64_t at)> &place);
   Status checkItemAgainstKey(const TensorItem &item, const std::string &key,
-                             const dcp::ChunkMetadata &chunk) const;
+                             const dcp::Dims &sizes) const;
+  /// Where bytes item `key` lies.
+  Result<SavedChunk> bytesLocation(const std::string &key) const;
   Status verifyIndexed(std::string &report, size_t &problems);
+  /// The chunk index against the one `.metadata` and the index make.
+  Status verifyChunkIndex(std::string &report, size_t &problems);
   Status verifyCrcs(std::string &report, size_t &problems);
 
   std::string dir_;
   Storage &storage_;
   ReaderOptions options_;
   dcp::Metadata metadata_;
+  uint64_t metadataSize_ = 0, metadataXxh3_ = 0; // of the `.metadata` read
   integrity::IntegrityIndex index_;
   bool hasIndex_ = false;
+  std::unique_ptr<chunkindex::ChunkIndex> chunks_; // when fromChunkIndex_
+  bool fromChunkIndex_ = false;
   std::unordered_map<std::string, size_t> keys_;
   std::map<std::pair<std::string, dcp::Dims>, const dcp::StorageInfo *> tensorStorage_;
   std::map<std::string, const dcp::StorageInfo *> bytesStorage_;

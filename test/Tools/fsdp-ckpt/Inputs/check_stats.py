@@ -12,11 +12,11 @@ work, fsdp_ckpt = sys.argv[1], sys.argv[2]
 
 def size_of(ckpt):
     """Every byte a save writes: the items (not the zero padding between
-    them, which stays a hole), `.metadata` and the index."""
+    them, which stays a hole), `.metadata`, the index and the chunk index."""
     listing = json.loads(subprocess.check_output([fsdp_ckpt, "inspect", "--json", ckpt]))
     items = sum(f["bytes"] for f in listing["files"])
     return items + sum(os.path.getsize(os.path.join(ckpt, name))
-                       for name in (".metadata", ".fsdp-index"))
+                       for name in (".metadata", ".fsdp-index", ".fsdp-chunks"))
 
 
 def ranks(name, op, count):

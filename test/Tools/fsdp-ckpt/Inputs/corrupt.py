@@ -7,6 +7,7 @@ usage: corrupt.py DIR KIND
   padding   write a non-zero byte into the alignment padding of __0_0.distcp
   metadata  flip one byte in the middle of .metadata
   index     flip one byte in the middle of .fsdp-index
+  chunks    flip one byte in the middle of .fsdp-chunks
   truncate  cut the last 100 bytes off __2_0.distcp
   missing   delete __3_0.distcp
 Item positions come from the integrity index (the tests do not hard-code them).
@@ -60,6 +61,9 @@ def main(d, kind):
         flip(path, os.path.getsize(path) // 2)
     elif kind == "index":
         path = os.path.join(d, ".fsdp-index")
+        flip(path, os.path.getsize(path) // 2)
+    elif kind == "chunks":
+        path = os.path.join(d, ".fsdp-chunks")
         flip(path, os.path.getsize(path) // 2)
     elif kind == "truncate":
         path = os.path.join(d, "__2_0.distcp")

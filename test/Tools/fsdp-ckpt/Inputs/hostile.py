@@ -15,6 +15,10 @@ usage: hostile.py --ckpt FSDP_CKPT --good DIR --plan1 PLAN --torch DIR
 Each case is a copy of one of the two checkpoints with one hostile change
 (crafted with CPython's pickle through stand-ins for torch's DCP classes, a
 small zip editor, and an `.fsdp-index` writer that re-signs with xxh3-64).
+A load of ours reads the chunk index `.fsdp-chunks` instead of `.metadata`
+and `.fsdp-index`, so the cases that lie there drop it (and its entry in the
+index): they test the `.metadata` path, which PyTorch's checkpoints take.
+The plain control and the `chunks_` cases keep it.
 Then `load`, `verify`, `inspect` and `inspect --json` run on it, each under a
 3 GB address-space limit, a 64 MiB output-file limit and a 10 s timeout, and
 must: not die of a signal or time out; exit with the expected code (table
@@ -135,6 +139,12 @@ CASES = {
     "empty_data_file":          ("ours", CORRUPT, CORRUPT, CORRUPT, "__1_0.distcp"),
     "evil_global_metadata":     ("ours", CORRUPT, CORRUPT, CORRUPT, "system"),
     "evil_global_bytes_item":   ("ours", EITHER, EITHER, CORRUPT, "system"),
+    # 15. the chunk index: a flipped record, truncated, left from another
+    #     .metadata (re-pickled, index re-signed), a FIFO. inspect never reads it.
+    "chunks_flipped":           ("ours", CORRUPT, CORRUPT, LIST, ".fsdp-chunks"),
+    "chunks_truncated":         ("ours", CORRUPT, CORRUPT, LIST, ".fsdp-chunks"),
+    "chunks_stale":             ("ours", CORRUPT, CORRUPT, LIST, ".fsdp-chunks"),
+    "chunks_fifo":              ("ours", NONREG, NONREG, LIST, ".fsdp-chunks"),
 }
 COMMANDS = ["load", "verify", "inspect", "inspect-json"]
 TIMEOUT_S = 10
@@ -385,7 +395,7 @@ def lie_about_size(item, suffix, claimed):
 
 
 class Crafted:
-    def __init__(self, root, base):
+    def __init__(self, root, base, keep_chunks):
         self.root = root                       # the case's scratch directory
         self.d = os.path.join(root, "dir", "ckpt")
         self.outside = os.path.join(root, "outside")
@@ -397,6 +407,9 @@ class Crafted:
         self.path_index = os.path.join(self.d, ".fsdp-index")
         self.md = pickle.loads(open(self.path_md, "rb").read())
         self.index = read_index(self.path_index) if os.path.exists(self.path_index) else None
+        self.path_chunks = os.path.join(self.d, ".fsdp-chunks")
+        if not keep_chunks:
+            self.drop_chunks()
 
     def save(self, protocol=2, raw=None, data=None):
         """Writes .metadata (self.md, or `data`) and re-signs the index, if any."""
@@ -404,6 +417,14 @@ class Crafted:
         open(self.path_md, "wb").write(data)
         if self.index:
             self.index.update(md_length=len(data), md_hash=xxhash.xxh3_64_intdigest(data))
+            write_index(self.path_index, self.index)
+
+    def drop_chunks(self):
+        """Removes the chunk index and its entry in the index (re-signed)."""
+        if os.path.exists(self.path_chunks):
+            os.remove(self.path_chunks)
+        if self.index:
+            self.index["items"] = [i for i in self.index["items"] if i[1] != b".fsdp-chunks"]
             write_index(self.path_index, self.index)
 
     def drop_index(self):
@@ -632,6 +653,20 @@ def _(c, name):
     os.mkdir(path) if name == "metadata_is_dir" else os.mkfifo(path)
 
 
+@builds("chunks_flipped", "chunks_truncated", "chunks_stale", "chunks_fifo")
+def _(c, name):
+    size = os.path.getsize(c.path_chunks)
+    if name == "chunks_flipped":
+        c.write_at(".fsdp-chunks", size - 10, b"\x5a")  # in the last record
+    elif name == "chunks_truncated":
+        os.truncate(c.path_chunks, size - 50)
+    elif name == "chunks_stale":
+        c.save(protocol=4)  # the same keys, another .metadata
+    else:
+        os.remove(c.path_chunks)
+        os.mkfifo(c.path_chunks)
+
+
 @builds("staging_dot", "staging_slash", "staging_dotslash", "staging_symlink")
 def _(c, name):
     staging = c.d + ".fsdp-staging"
@@ -844,7 +879,8 @@ def main():
         root = os.path.join(args.work, name)
         shutil.rmtree(root, ignore_errors=True)
         base = CASES[name][0]
-        c = crafted[name] = Crafted(root, args.good if base == "ours" else args.torch)
+        c = crafted[name] = Crafted(root, args.good if base == "ours" else args.torch,
+                                    keep_chunks=name == "control" or name.startswith("chunks_"))
         try:
             BUILDERS[name](c, name)
         except Exception as e:  # a fixture that changed under the helpers
