@@ -15,6 +15,7 @@ using namespace fsdp::runtime;
 
 struct fsdp_checkpointer {
   std::unique_ptr<Checkpointer> runtime;
+  std::shared_ptr<PendingSave> pending; // the save in the background, until waited for
 };
 
 namespace {
@@ -131,6 +132,28 @@ int fsdp_save(fsdp_checkpointer *c, const char *dir, int overwrite, float step, 
   options.step = step;
   Result<TransferStats> stats = c->runtime->save(dir ? dir : "", options);
   return stats ? FSDP_OK : report(error, errorSize, stats.failure());
+}
+
+int fsdp_save_async(fsdp_checkpointer *c, const char *dir, int overwrite, float step,
+                    double *stallSeconds, char *error, size_t errorSize) {
+  SaveOptions options;
+  options.overwrite = overwrite != 0;
+  options.step = step;
+  Result<std::shared_ptr<PendingSave>> started = c->runtime->saveAsync(dir ? dir : "", options);
+  if (!started)
+    return report(error, errorSize, started.failure());
+  c->pending = started.take();
+  if (stallSeconds)
+    *stallSeconds = c->pending->stallSeconds();
+  return FSDP_OK;
+}
+
+int fsdp_wait_save(fsdp_checkpointer *c, char *error, size_t errorSize) {
+  if (!c->pending)
+    return FSDP_OK;
+  Result<TransferStats> outcome = c->pending->wait();
+  c->pending.reset();
+  return outcome ? FSDP_OK : report(error, errorSize, outcome.failure());
 }
 
 int fsdp_load(fsdp_checkpointer *c, const char *dir, int skipSync, char *error, size_t errorSize) {

@@ -67,6 +67,26 @@ int main(int argc, char **argv) {
   printf("second save refused (code %d): %s\n", code, error);
   if (fsdp_verify(argv[2], error, sizeof error))
     return fail("verify", error);
+  /* An async save over the same target: the buffers are overwritten as
+   * soon as it returns, and its error (the target exists) comes from the
+   * wait. Then one to a new target, which holds the values of the start. */
+  double stall = -1;
+  if (fsdp_save_async(saver, argv[2], 0, 3.0f, &stall, error, sizeof error))
+    return fail("async save", error);
+  code = fsdp_wait_save(saver, error, sizeof error);
+  if (code == FSDP_OK || stall < 0)
+    return fail("async save", "an existing target was not refused from the wait");
+  printf("async save refused from the wait (code %d): %s\n", code, error);
+  char async_dir[4096];
+  snprintf(async_dir, sizeof async_dir, "%s-async", argv[2]);
+  if (fsdp_save_async(saver, async_dir, 0, 3.0f, NULL, error, sizeof error))
+    return fail("async save", error);
+  if (fsdp_fill_from_seed(saver, 18, error, sizeof error))
+    return fail("fill after the return", error);
+  if (fsdp_wait_save(saver, error, sizeof error))
+    return fail("wait", error);
+  if (fsdp_wait_save(saver, error, sizeof error))
+    return fail("a second wait", error);
 
   fsdp_comm comm = {NULL, 0, 1, gather_one, broadcast_one, barrier_one};
   if (fsdp_open_with_comm(argv[1], 1, &comm, &loader, error, sizeof error))
@@ -77,6 +97,10 @@ int main(int argc, char **argv) {
     return fail("load", error);
   if (fsdp_check_against_seed(loader, 17, error, sizeof error))
     return fail("check", error);
+  if (fsdp_load(loader, async_dir, 0, error, sizeof error))
+    return fail("load of the async save", error);
+  if (fsdp_check_against_seed(loader, 17, error, sizeof error))
+    return fail("check of the async save", error);
   printf("C API round trip: rank %lld of %lld, %zu buffers, every element checked, "
          "%s collective calls through the callbacks\n",
          (long long)fsdp_rank(loader), (long long)fsdp_world_size(loader), count,

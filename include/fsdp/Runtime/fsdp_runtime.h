@@ -92,6 +92,17 @@ int fsdp_bind_buffer(fsdp_checkpointer *checkpointer, int32_t group, int32_t rol
 
 int fsdp_save(fsdp_checkpointer *checkpointer, const char *dir, int overwrite, float step,
               char *error, size_t error_size);
+/* Starts a save and returns once every byte it saves is copied into host
+ * memory the checkpointer owns (reserved by the first async save and
+ * reused): the buffers may change from then on. The writes, fsync and
+ * commit run in the background; `stall_seconds` (may be NULL) gets how long
+ * the call held the caller. Any error of the save, any rank's, comes from
+ * fsdp_wait_save. Every other collective call waits for it first. */
+int fsdp_save_async(fsdp_checkpointer *checkpointer, const char *dir, int overwrite, float step,
+                    double *stall_seconds, char *error, size_t error_size);
+/* Waits for the save running in the background: FSDP_OK once it has
+ * committed (or when none was started), else its error. */
+int fsdp_wait_save(fsdp_checkpointer *checkpointer, char *error, size_t error_size);
 /* Loads any DCP checkpoint into the plan's layout; refreshes model_weight
  * from main_weight unless `skip_model_weight_sync`. */
 int fsdp_load(fsdp_checkpointer *checkpointer, const char *dir, int skip_model_weight_sync,
