@@ -1,5 +1,6 @@
 //===- ChunkIndex.cpp - A compact, seekable index of a checkpoint's chunks -===//
 #include "fsdp/Format/ChunkIndex.h"
+#include "fsdp/Support/LittleEndian.h"
 
 #include <algorithm>
 #include <climits>
@@ -33,32 +34,12 @@ constexpr uint64_t kRecordXxh3 = kRecordItemLength + 8;
 static_assert(kRecordXxh3 + 8 == kRecordSize, "record layout");
 
 void putU8(std::string &out, uint8_t value) { out.push_back(static_cast<char>(value)); }
-void putU32(std::string &out, uint32_t value) {
-  for (int i = 0; i < 4; ++i)
-    out.push_back(static_cast<char>(value >> (8 * i)));
-}
-void putU64(std::string &out, uint64_t value) {
-  for (int i = 0; i < 8; ++i)
-    out.push_back(static_cast<char>(value >> (8 * i)));
-}
+using le::getU32;
+using le::getU64;
+using le::putU32;
+using le::putU64;
+using le::setU64;
 void putI64(std::string &out, int64_t value) { putU64(out, static_cast<uint64_t>(value)); }
-void setU64(std::string &out, size_t at, uint64_t value) {
-  for (int i = 0; i < 8; ++i)
-    out[at + i] = static_cast<char>(value >> (8 * i));
-}
-
-uint32_t getU32(const char *at) {
-  uint32_t value = 0;
-  for (int i = 0; i < 4; ++i)
-    value |= static_cast<uint32_t>(static_cast<uint8_t>(at[i])) << (8 * i);
-  return value;
-}
-uint64_t getU64(const char *at) {
-  uint64_t value = 0;
-  for (int i = 0; i < 8; ++i)
-    value |= static_cast<uint64_t>(static_cast<uint8_t>(at[i])) << (8 * i);
-  return value;
-}
 int64_t getI64(const char *at) { return static_cast<int64_t>(getU64(at)); }
 
 int64_t saturatingAdd(int64_t a, int64_t b) {

@@ -926,14 +926,7 @@ Result<Metadata> parseMetadata(std::string_view bytes) {
   return metadataFromPickle(*doc->root(), 16 * static_cast<uint64_t>(bytes.size()) + (64u << 20));
 }
 
-Result<std::string> serializeMetadata(const Metadata &metadata) {
-  if (Status s = validateMetadata(metadata); !s)
-    return s.failure();
-  std::string out;
-  MetadataStreamWriter writer([&](std::string_view bytes) {
-    out.append(bytes);
-    return Status::success();
-  });
+Result<uint64_t> writeMetadata(const Metadata &metadata, MetadataStreamWriter &writer) {
   for (const auto &[fqn, entry] : metadata.stateDictMetadata) {
     if (entry.isBytes) {
       writer.bytesItem(fqn);
@@ -954,7 +947,18 @@ Result<std::string> serializeMetadata(const Metadata &metadata) {
     writer.storage(index.fqn, index.offset ? &*index.offset : nullptr, index.index,
                    info.relativePath, info.offset, info.length,
                    info.transformDescriptors ? &*info.transformDescriptors : nullptr);
-  Result<uint64_t> written = writer.finish(metadata.storageMeta, metadata.version);
+  return writer.finish(metadata.storageMeta, metadata.version);
+}
+
+Result<std::string> serializeMetadata(const Metadata &metadata) {
+  if (Status s = validateMetadata(metadata); !s)
+    return s.failure();
+  std::string out;
+  MetadataStreamWriter writer([&](std::string_view bytes) {
+    out.append(bytes);
+    return Status::success();
+  });
+  Result<uint64_t> written = writeMetadata(metadata, writer);
   if (!written)
     return written.failure();
   return out;

@@ -1,5 +1,6 @@
 //===- IntegrityIndex.cpp - Checksums covering every byte -----------------===//
 #include "fsdp/Format/IntegrityIndex.h"
+#include "fsdp/Support/LittleEndian.h"
 
 #include <xxhash.h>
 
@@ -13,14 +14,8 @@ constexpr char kMagic[8] = {'F', 'S', 'D', 'P', 'I', 'D', 'X', '1'};
 // Bounds that keep a corrupt index from asking for absurd allocations.
 constexpr uint32_t kMaxString = 1u << 20;
 
-void putU32(std::string &out, uint32_t value) {
-  for (int i = 0; i < 4; ++i)
-    out.push_back(static_cast<char>(value >> (8 * i)));
-}
-void putU64(std::string &out, uint64_t value) {
-  for (int i = 0; i < 8; ++i)
-    out.push_back(static_cast<char>(value >> (8 * i)));
-}
+using le::putU32;
+using le::putU64;
 void putString(std::string &out, std::string_view text) {
   putU32(out, static_cast<uint32_t>(text.size()));
   out.append(text);

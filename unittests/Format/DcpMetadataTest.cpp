@@ -827,27 +827,7 @@ Result<std::string> streamMetadata(const Metadata &md, size_t blockBytes) {
         return Status::success();
       },
       blockBytes);
-  for (const auto &[fqn, entry] : md.stateDictMetadata) {
-    if (entry.isBytes) {
-      writer.bytesItem(fqn);
-      continue;
-    }
-    writer.tensor(fqn, entry.properties, entry.size);
-    for (const ChunkMetadata &chunk : entry.chunks)
-      writer.chunk(chunk.offsets, chunk.sizes);
-  }
-  if (md.plannerData) {
-    writer.plannerData();
-    for (const auto &[key, parts] : *md.plannerData)
-      writer.plannerPath(key, parts);
-  } else {
-    writer.noPlannerData();
-  }
-  for (const auto &[index, info] : md.storageData)
-    writer.storage(index.fqn, index.offset ? &*index.offset : nullptr, index.index,
-                   info.relativePath, info.offset, info.length,
-                   info.transformDescriptors ? &*info.transformDescriptors : nullptr);
-  Result<uint64_t> written = writer.finish(md.storageMeta, md.version);
+  Result<uint64_t> written = writeMetadata(md, writer);
   if (!written)
     return written.failure();
   EXPECT_EQ(*written, out.size());

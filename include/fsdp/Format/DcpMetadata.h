@@ -245,6 +245,10 @@ private:
   std::unique_ptr<Impl> impl_;
 };
 
+/// Feeds every entry of `metadata` (not validated here) to `writer` in
+/// serializeMetadata's order and finishes it; the pickle's size.
+Result<uint64_t> writeMetadata(const Metadata &metadata, MetadataStreamWriter &writer);
+
 } // namespace dcp
 } // namespace fsdp
 
