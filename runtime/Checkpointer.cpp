@@ -70,7 +70,46 @@ void Checkpointer::waitForPendingSave() {
   pending_.reset();
 }
 
+void Checkpointer::useMemoryBackend(std::shared_ptr<MemoryBackend> backend) {
+  backend_ = std::move(backend);
+  staging_.reset(); // pinned for the old backend
+}
+
+Status Checkpointer::reserveStaging(unsigned threads, uint64_t bytes) {
+  if (!backend_ || backend_->hostAccessible())
+    return Status::success();
+  threads = threads ? threads : defaultThreads();
+  bytes = bytes ? bytes : defaultStagingBytes(threads);
+  if (staging_ && stagingThreads_ == threads && stagingBytes_ == bytes)
+    return Status::success();
+  staging_.reset();
+  try {
+    staging_ = std::make_unique<StagingPool>(bytes / (2 * threads), 2 * threads, backend_);
+  } catch (const std::bad_alloc &) {
+    return makeError("cannot allocate " + std::to_string(bytes) + " bytes of host staging",
+                     ErrorKind::IO, ENOMEM);
+  }
+  stagingThreads_ = threads;
+  stagingBytes_ = bytes;
+  return Status::success();
+}
+
+Status Checkpointer::ensureStaging() {
+  if (staging_ || !backend_ || backend_->hostAccessible())
+    return Status::success();
+  return reserveStaging();
+}
+
+void Checkpointer::useDataPlane(DataPlaneFactory factory, bool evenAlone) {
+  dataPlaneFactory_ = std::move(factory);
+  dataPlaneAlone_ = evenAlone;
+  replicas_.reset();
+  replicasDecided_ = false;
+}
+
 Status Checkpointer::allocate() {
+  if (Status status = ensureStaging(); !status)
+    return status;
   Result<RankBuffers> allocated = RankBuffers::allocate(plan_, backend_);
   if (!allocated)
     return allocated.failure();
@@ -90,6 +129,8 @@ Status Checkpointer::bind(int32_t group, plan::BufferRole role, void *data) {
 
 Result<RankBuffers *> Checkpointer::buffers() {
   if (!buffers_) {
+    if (Status status = ensureStaging(); !status)
+      return status.failure();
     Result<RankBuffers> wrapped = RankBuffers::wrap(plan_, bound_, backend_);
     if (!wrapped)
       return makeError(wrapped.error() + " (allocate the buffers or bind every one)",
@@ -102,15 +143,9 @@ Result<RankBuffers *> Checkpointer::buffers() {
 Result<TransferStats> Checkpointer::save(const std::string &dir, SaveOptions options) {
   waitForPendingSave();
   // One staging pool for all this checkpointer's saves of device buffers.
-  if (!options.staging && backend_ && !backend_->hostAccessible()) {
-    if (!staging_) {
-      unsigned threads = options.threads ? options.threads : defaultThreads();
-      uint64_t bytes = options.stagingBytes ? options.stagingBytes : defaultStagingBytes(threads);
-      staging_ = std::make_unique<StagingPool>(bytes / (2 * threads), 2 * threads);
-    }
-    options.staging = staging_.get();
-  }
   Result<RankBuffers *> held = buffers();
+  if (held && !options.staging && staging_)
+    options.staging = staging_.get();
   // Every rank takes part in the save's collectives, even one without
   // buffers: its error then fails the save everywhere.
   if (!held) {
@@ -124,7 +159,11 @@ Result<TransferStats> Checkpointer::save(const std::string &dir, SaveOptions opt
 Status Checkpointer::reserveSnapshot() {
   if (snapshot_)
     return Status::success();
-  Result<std::unique_ptr<SaveSnapshot>> reserved = SaveSnapshot::reserve(plan_);
+  // Pinned by a device's backend: the capture is then one device-to-host
+  // copy at full speed.
+  std::shared_ptr<MemoryBackend> pinner =
+      backend_ && !backend_->hostAccessible() ? backend_ : nullptr;
+  Result<std::unique_ptr<SaveSnapshot>> reserved = SaveSnapshot::reserve(plan_, pinner);
   if (!reserved)
     return reserved.failure();
   snapshot_ = reserved.take();
@@ -182,15 +221,44 @@ Result<std::shared_ptr<PendingSave>> Checkpointer::saveAsync(const std::string &
   return pending;
 }
 
+Status Checkpointer::findReplicas() {
+  // A caller's process group that cannot split (callbacks without it)
+  // loads without sharing.
+  if (!shareReads_ || replicasDecided_ || !comm_->canSplit())
+    return Status::success();
+  Result<std::unique_ptr<Communicator>> group =
+      splitReplicaGroup(plan_, *comm_, root(), dataPlaneAlone_);
+  if (!group)
+    return group.failure();
+  if (*group && ((*group)->size() > 1 || dataPlaneAlone_)) {
+    Result<std::unique_ptr<ReplicaDataPlane>> plane =
+        dataPlaneFactory_ ? dataPlaneFactory_(group.take())
+                          : Result<std::unique_ptr<ReplicaDataPlane>>(
+                                createCommunicatorDataPlane(group.take()));
+    // Every rank learns whether every data plane came up.
+    Status made = plane ? Status::success() : Status(plane.failure());
+    if (Status agreed = agree(*comm_, made, root()); !agreed)
+      return propagate(agreed, "the replica data plane: " + agreed.error());
+    replicas_ = plane.take();
+  }
+  replicasDecided_ = true;
+  return Status::success();
+}
+
 Result<LoadResult> Checkpointer::load(const std::string &dir, LoadOptions options) {
   waitForPendingSave();
   options.root = root();
+  // The replica group, looked for once (collective, so before anything
+  // that may fail on one rank alone); loads then share its reads.
+  if (Status status = findReplicas(); !status)
+    return status.failure();
   Result<RankBuffers *> held = buffers();
   if (!held) {
     if (Status agreed = agree(*comm_, held.failure(), root()); !agreed)
       return agreed.failure();
     return held.failure();
   }
+  options.replicas = shareReads_ ? replicas_.get() : nullptr;
   return loadCheckpoint(plan_, **held, dir, *comm_, *storage_, options);
 }
 

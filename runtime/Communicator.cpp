@@ -1,5 +1,6 @@
 //===- Communicator.cpp - One process, callbacks, a group of threads ------===//
 #include "fsdp/Runtime/Communicator.h"
+#include "fsdp/Runtime/CudaBackend.h"
 
 #include <algorithm>
 #include <condition_variable>
@@ -10,6 +11,22 @@
 
 namespace fsdp {
 namespace runtime {
+
+Status Communicator::broadcastInPlace(void *data, uint64_t size, int64_t root) {
+  std::string bytes;
+  if (rank() == root)
+    bytes.assign(static_cast<const char *>(data), size);
+  Result<std::string> out = broadcast(bytes, root);
+  if (!out)
+    return out.failure();
+  if (out->size() != size)
+    return makeError("broadcast: " + std::to_string(out->size()) + " bytes arrived where " +
+                         std::to_string(size) + " were expected",
+                     ErrorKind::Internal);
+  if (rank() != root)
+    std::memcpy(data, out->data(), size);
+  return Status::success();
+}
 
 namespace {
 
@@ -86,6 +103,14 @@ public:
       return status.failure();
     return out;
   }
+
+  Status broadcastInPlace(void *data, uint64_t size, int64_t root) override {
+    if (root < 0 || root >= this->size())
+      return badRoot(root, this->size());
+    return callbacks_.broadcast(data, size, root);
+  }
+
+  bool canSplit() const override { return static_cast<bool>(callbacks_.split); }
 
   Result<std::unique_ptr<Communicator>> split(int64_t color, int64_t key) override {
     if (!callbacks_.split)
@@ -230,6 +255,19 @@ Result<std::unique_ptr<Communicator>> createDefaultCommunicator(int *argc, char 
 
 bool launchedByMpi() {
   return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK");
+}
+
+int localRankDevice(int deviceCount) {
+  if (deviceCount <= 0)
+    return 0;
+  for (const char *name : {"OMPI_COMM_WORLD_LOCAL_RANK", "LOCAL_RANK", "MPI_LOCALRANKID"})
+    if (const char *text = std::getenv(name)) {
+      char *end = nullptr;
+      long rank = std::strtol(text, &end, 10);
+      if (*text && !*end && rank >= 0)
+        return static_cast<int>(rank % deviceCount);
+    }
+  return 0;
 }
 
 } // namespace runtime

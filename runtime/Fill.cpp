@@ -6,13 +6,21 @@ namespace fsdp {
 namespace runtime {
 
 namespace {
-/// Calls `visit(read, data, firstElement)` for every piece a rank holds, with
-/// `data` in host memory: the buffer itself when the host may touch it,
-/// else a staging copy (copied out first when the visit reads, copied back
-/// when it `writes`).
-template <typename Visit>
+/// Where one piece of test values goes: `count` elements of `dtype`,
+/// element `first` onwards of key `key`'s tensor.
+struct Piece {
+  const plan::ReadItem &read;
+  uint64_t first, count;
+};
+
+/// Calls `visit(piece, data)` for every piece a rank holds, with `data` in
+/// host memory: the buffer itself when the host may touch it, else a
+/// staging copy (copied out first when the visit reads, copied back when
+/// it `writes`). A backend with test-value kernels gets `onDevice(piece,
+/// view, data)` on its own memory instead: no copy at all.
+template <typename Visit, typename OnDevice>
 Status forEachPiece(const plan::RankPlan &plan, const RankBuffers &buffers, bool writes,
-                    Visit visit) {
+                    Visit visit, OnDevice onDevice) {
   std::string staging;
   for (const plan::ReadItem &read : plan.reads) {
     if (read.source != plan::ItemSource::Buffer)
@@ -24,11 +32,20 @@ Status forEachPiece(const plan::RankPlan &plan, const RankBuffers &buffers, bool
     uint64_t rowSize = 1;
     for (size_t d = 1; d < read.chunkSizes.size(); ++d)
       rowSize *= static_cast<uint64_t>(read.chunkSizes[d]);
-    uint64_t first = read.chunkOffsets.empty() ? 0 : read.chunkOffsets[0] * rowSize;
+    Piece piece{read, read.chunkOffsets.empty() ? 0 : read.chunkOffsets[0] * rowSize,
+                static_cast<uint64_t>(read.buffer.elements)};
     uint64_t offset = static_cast<uint64_t>(read.buffer.localOffset) * elementSize;
-    uint64_t bytes = static_cast<uint64_t>(read.buffer.elements) * elementSize;
-    bool direct = view->backend->hostAccessible();
+    uint64_t bytes = piece.count * elementSize;
+    if (offset + bytes > view->bytes)
+      return makeError(read.key + ": the plan's piece does not fit its buffer",
+                       ErrorKind::InvalidArgument);
     char *data = static_cast<char *>(view->data) + offset;
+    if (view->backend->hasTestValueKernels() && !view->backend->hostAccessible()) {
+      if (Status status = onDevice(piece, *view->backend, data); !status)
+        return status;
+      continue;
+    }
+    bool direct = view->backend->hostAccessible();
     if (!direct) {
       staging.resize(bytes);
       data = staging.data();
@@ -36,7 +53,7 @@ Status forEachPiece(const plan::RankPlan &plan, const RankBuffers &buffers, bool
         if (Status status = view->copyOut(offset, bytes, data); !status)
           return propagate(status, read.key + ": " + status.error());
     }
-    if (Status status = visit(read, data, first); !status)
+    if (Status status = visit(piece, data); !status)
       return status;
     if (!direct && writes)
       if (Status status = view->copyIn(offset, bytes, data); !status)
@@ -44,16 +61,33 @@ Status forEachPiece(const plan::RankPlan &plan, const RankBuffers &buffers, bool
   }
   return Status::success();
 }
+
+Status checkFailed(const plan::ReadItem &read, const Status &status) {
+  std::string offsets;
+  for (int64_t o : read.chunkOffsets)
+    offsets += (offsets.empty() ? "" : ", ") + std::to_string(o);
+  return propagate(status, read.key + " (chunk at [" + offsets + "]): " + status.error());
+}
 } // namespace
 
 Status fillFromSeed(const plan::RankPlan &plan, RankBuffers &buffers, uint32_t seed) {
+  auto fillFailed = [](const Piece &piece, const Status &status) {
+    return propagate(status, piece.read.key + ": " + status.error());
+  };
   Status status = forEachPiece(
       plan, buffers, /*writes=*/true,
-      [&](const plan::ReadItem &read, char *data, uint64_t first) -> Status {
-        if (Status s = fillTestValues(read.dtype, fnv1a32(read.key), first,
-                                      static_cast<uint64_t>(read.buffer.elements), seed, data);
+      [&](const Piece &piece, char *data) -> Status {
+        if (Status s = fillTestValues(piece.read.dtype, fnv1a32(piece.read.key), piece.first,
+                                      piece.count, seed, data);
             !s)
-          return propagate(s, read.key + ": " + s.error());
+          return fillFailed(piece, s);
+        return Status::success();
+      },
+      [&](const Piece &piece, MemoryBackend &backend, char *data) -> Status {
+        if (Status s = backend.fillTestValues(piece.read.dtype, fnv1a32(piece.read.key),
+                                              piece.first, piece.count, seed, data);
+            !s)
+          return fillFailed(piece, s);
         return Status::success();
       });
   if (!status)
@@ -65,15 +99,18 @@ Status fillFromSeed(const plan::RankPlan &plan, RankBuffers &buffers, uint32_t s
 Status checkAgainstSeed(const plan::RankPlan &plan, const RankBuffers &buffers, uint32_t seed) {
   return forEachPiece(
       plan, buffers, /*writes=*/false,
-      [&](const plan::ReadItem &read, char *data, uint64_t first) -> Status {
-        if (Status s = checkTestValues(read.dtype, fnv1a32(read.key), first,
-                                       static_cast<uint64_t>(read.buffer.elements), seed, data);
-            !s) {
-          std::string offsets;
-          for (int64_t o : read.chunkOffsets)
-            offsets += (offsets.empty() ? "" : ", ") + std::to_string(o);
-          return propagate(s, read.key + " (chunk at [" + offsets + "]): " + s.error());
-        }
+      [&](const Piece &piece, char *data) -> Status {
+        if (Status s = checkTestValues(piece.read.dtype, fnv1a32(piece.read.key), piece.first,
+                                       piece.count, seed, data);
+            !s)
+          return checkFailed(piece.read, s);
+        return Status::success();
+      },
+      [&](const Piece &piece, MemoryBackend &backend, char *data) -> Status {
+        if (Status s = backend.checkTestValues(piece.read.dtype, fnv1a32(piece.read.key),
+                                               piece.first, piece.count, seed, data);
+            !s)
+          return checkFailed(piece.read, s);
         return Status::success();
       });
 }

@@ -4,6 +4,7 @@
 #include "fsdp/Layout/Overlap.h"
 #include "fsdp/Runtime/Checkpoint.h"
 #include "fsdp/Runtime/CheckpointReader.h"
+#include "fsdp/Runtime/DataPlane.h"
 #include "fsdp/Runtime/Protocol.h"
 #include "fsdp/Runtime/Values.h"
 #include "fsdp/Support/Printable.h"
@@ -309,6 +310,79 @@ private:
   std::atomic<uint64_t> bytesRead_{0}; // pieces loaded, by every worker
 };
 
+uint64_t pieceBytes(const plan::ReadItem &read) {
+  if (read.source != plan::ItemSource::Buffer || read.buffer.elements < 0)
+    return 0;
+  return static_cast<uint64_t>(read.buffer.elements) * dcp::dtypeInfo(read.dtype).elementSize;
+}
+
+/// Per position of `order`: the member of a group of `members` that reads
+/// it. Contiguous runs, each about an equal share of the piece bytes.
+std::vector<int64_t> shareReads(const plan::RankPlan &plan, const std::vector<size_t> &order,
+                                int64_t members) {
+  uint64_t total = 0;
+  for (size_t index : order)
+    total += pieceBytes(plan.reads[index]);
+  std::vector<int64_t> owners;
+  uint64_t before = 0;
+  for (size_t index : order) {
+    uint64_t bytes = pieceBytes(plan.reads[index]);
+    // The member whose share holds this piece's middle byte.
+    unsigned __int128 middle = before + bytes / 2;
+    owners.push_back(total ? std::min<int64_t>(members - 1, static_cast<int64_t>(
+                                                                middle * members / total))
+                           : 0);
+    before += bytes;
+  }
+  return owners;
+}
+
+/// The broadcasts that give every member the pieces the others read, in
+/// the same order on every member (by buffer and offset, never by
+/// address): adjacent ranges of one buffer with one reader merged.
+Result<std::vector<ReplicaDataPlane::Transfer>>
+replicaTransfers(const plan::RankPlan &plan, const RankBuffers &buffers,
+                 const std::vector<size_t> &order, const std::vector<int64_t> &owners) {
+  struct Range {
+    int32_t group;
+    plan::BufferRole role;
+    uint64_t offset, bytes;
+    int64_t root;
+    char *data;
+  };
+  std::vector<Range> ranges;
+  for (size_t position = 0; position < order.size(); ++position) {
+    const plan::ReadItem &read = plan.reads[order[position]];
+    uint64_t bytes = pieceBytes(read);
+    if (!bytes)
+      continue;
+    Result<BufferView> view = buffers.get(read.buffer.group, read.buffer.role);
+    if (!view)
+      return view.failure();
+    uint64_t offset =
+        static_cast<uint64_t>(read.buffer.localOffset) * dcp::dtypeInfo(read.dtype).elementSize;
+    if (offset + bytes > view->bytes)
+      return makeError(read.key + ": the plan's piece does not fit its buffer",
+                       ErrorKind::InvalidArgument);
+    ranges.push_back({read.buffer.group, read.buffer.role, offset, bytes, owners[position],
+                      static_cast<char *>(view->data) + offset});
+  }
+  std::sort(ranges.begin(), ranges.end(), [](const Range &a, const Range &b) {
+    return std::tie(a.group, a.role, a.offset) < std::tie(b.group, b.role, b.offset);
+  });
+  std::vector<ReplicaDataPlane::Transfer> merged;
+  const Range *last = nullptr;
+  for (const Range &range : ranges) {
+    if (last && last->group == range.group && last->role == range.role &&
+        merged.back().root == range.root && last->offset + last->bytes == range.offset)
+      merged.back().bytes += range.bytes;
+    else
+      merged.push_back({range.data, range.bytes, range.root});
+    last = &range;
+  }
+  return merged;
+}
+
 } // namespace
 
 Result<LoadResult> loadCheckpoint(const plan::RankPlan &plan, RankBuffers &buffers,
@@ -328,10 +402,10 @@ Result<LoadResult> loadCheckpoint(const plan::RankPlan &plan, RankBuffers &buffe
     options.notice(printable(trimSlashes(dir)) +
                    " has no integrity index (not written by fsdp-mlir): checking the zip CRC "
                    "of every item read");
-  uint64_t total = 0;
-  for (const plan::ReadItem &read : plan.reads)
-    total += read.source == plan::ItemSource::Buffer ? read.dataLength : 0;
   std::optional<Loader> loader;
+  std::vector<size_t> order;   // the reads, in file order
+  std::vector<int64_t> owners; // per position of order: the member reading it
+  int64_t member = options.replicas ? options.replicas->group().rank() : 0;
   if (status)
     loader.emplace(**reader, options.stagingBytes ? options.stagingBytes : defaultStagingBytes(1));
   try {
@@ -340,19 +414,28 @@ Result<LoadResult> loadCheckpoint(const plan::RankPlan &plan, RankBuffers &buffe
     unsigned threads = options.threads ? options.threads : defaultThreads();
     std::vector<std::string> staging(threads); // for buffers the host may not touch
     std::vector<std::optional<float>> steps(plan.reads.size());
-    ProgressReporter progress(options.progress, total);
     // Workers take pieces in the order their first saved bytes lie in the
     // files, so each file is read front to back.
-    std::vector<size_t> order;
     if (status)
       status = loader->plan(plan.reads);
     if (status)
       order = loader->fileOrder();
+    // In a replica group each member reads its own contiguous run of that
+    // order, about an equal share of the bytes.
+    if (options.replicas)
+      owners = shareReads(plan, order, options.replicas->group().size());
+    uint64_t total = 0;
+    for (size_t position = 0; position < order.size(); ++position)
+      if (owners.empty() || owners[position] == member)
+        total += pieceBytes(plan.reads[order[position]]);
+    ProgressReporter progress(options.progress, total);
     if (status)
       status = forEachItem(order.size(), threads, [&](size_t position, unsigned worker) {
         size_t index = order[position];
         const plan::ReadItem &read = plan.reads[index];
         if (read.source == plan::ItemSource::Buffer) {
+          if (!owners.empty() && owners[position] != member)
+            return Status::success(); // another member of the replica group reads it
           if (Status piece = loader->loadPiece(read, index, buffers, staging[worker]); !piece)
             return piece;
         } else if (read.source == plan::ItemSource::Step) {
@@ -381,13 +464,36 @@ Result<LoadResult> loadCheckpoint(const plan::RankPlan &plan, RankBuffers &buffe
     status = makeError("out of memory while reading " + printable(trimSlashes(dir)), ErrorKind::IO,
                        ENOMEM);
   }
+  // Every member passes through the exchange (after agreeing within the
+  // group, so that none waits on a member that failed).
+  uint64_t fromPeers = 0;
+  if (options.replicas) {
+    Status groupStatus = agree(options.replicas->group(), status, 0);
+    if (!groupStatus) {
+      if (status)
+        status = groupStatus;
+    } else {
+      Result<std::vector<ReplicaDataPlane::Transfer>> transfers =
+          replicaTransfers(plan, buffers, order, owners);
+      Status exchanged = transfers ? options.replicas->broadcast(*transfers, buffers.backend())
+                                   : Status(transfers.failure());
+      if (!exchanged)
+        status = propagate(exchanged, "sharing the reads of a replica group (" +
+                                          std::string(options.replicas->name()) +
+                                          "): " + exchanged.error());
+      for (size_t position = 0; transfers && position < order.size(); ++position)
+        if (owners[position] != member)
+          fromPeers += pieceBytes(plan.reads[order[position]]);
+    }
+  }
   if (status && options.syncModelWeights)
     status = refreshModelWeights(plan, buffers);
   if (Status agreed = agree(comm, status, options.root); !agreed)
     return propagate(agreed,
                      "load from " + printable(trimSlashes(dir)) + " failed: " + agreed.error());
   uint64_t bytesRead = loader ? loader->bytesRead() : 0;
-  result.stats.bytes = bytesRead;
+  result.stats.bytes = bytesRead + fromPeers;
+  result.stats.bytesFromPeers = fromPeers;
   result.stats.bytesReadStorage = reader ? (*reader)->bytesRead() : 0;
   result.stats.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

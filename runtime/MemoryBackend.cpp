@@ -29,6 +29,17 @@ const char *memoryKindName(MemoryKind kind) {
   return "?";
 }
 
+Status MemoryBackend::fillTestValues(dcp::DType, uint32_t, uint64_t, uint64_t, uint32_t, void *) {
+  return makeError(std::string(memoryKindName(kind())) + " memory has no test-value kernels",
+                   ErrorKind::Internal);
+}
+
+Status MemoryBackend::checkTestValues(dcp::DType, uint32_t, uint64_t, uint64_t, uint32_t,
+                                      const void *) {
+  return makeError(std::string(memoryKindName(kind())) + " memory has no test-value kernels",
+                   ErrorKind::Internal);
+}
+
 namespace {
 
 std::future<Status> done(Status status) {
@@ -171,6 +182,47 @@ public:
         .get();
   }
 
+  Status pinHostMemory(void *memory, uint64_t bytes) override {
+    if (!memory || !bytes)
+      return makeError("simulated device: nothing to pin", ErrorKind::InvalidArgument);
+    std::lock_guard<std::mutex> lock(mutex_);
+    pinned_[reinterpret_cast<uintptr_t>(memory)] = bytes;
+    return Status::success();
+  }
+  void unpinHostMemory(void *memory, uint64_t) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    pinned_.erase(reinterpret_cast<uintptr_t>(memory));
+  }
+  uint64_t pinnedHostBytes() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    uint64_t total = 0;
+    for (const auto &[memory, bytes] : pinned_)
+      total += bytes;
+    return total;
+  }
+
+  bool hasTestValueKernels() const override { return true; }
+  Status fillTestValues(dcp::DType dtype, uint32_t keyHash, uint64_t firstElement, uint64_t count,
+                        uint32_t seed, void *memory) override {
+    return submit([=]() -> Status {
+             Result<char *> inside = translate(memory, count * dcp::dtypeInfo(dtype).elementSize);
+             if (!inside)
+               return inside.failure();
+             return runtime::fillTestValues(dtype, keyHash, firstElement, count, seed, *inside);
+           })
+        .get();
+  }
+  Status checkTestValues(dcp::DType dtype, uint32_t keyHash, uint64_t firstElement, uint64_t count,
+                         uint32_t seed, const void *memory) override {
+    return submit([=]() -> Status {
+             Result<char *> inside = translate(memory, count * dcp::dtypeInfo(dtype).elementSize);
+             if (!inside)
+               return inside.failure();
+             return runtime::checkTestValues(dtype, keyHash, firstElement, count, seed, *inside);
+           })
+        .get();
+  }
+
 private:
   struct Region {
     char *inside;
@@ -221,11 +273,12 @@ private:
   }
 
   SimulatedDeviceOptions options_;
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<std::function<void()>> queue_;
   bool stopping_ = false;
   std::map<uintptr_t, Region> regions_;
+  std::map<uintptr_t, uint64_t> pinned_; // host memory "pinned" for this device
   std::thread worker_;
 };
 
@@ -233,20 +286,34 @@ private:
 
 std::shared_ptr<MemoryBackend> createHostBackend() { return std::make_shared<HostBackend>(); }
 
-StagingPool::StagingPool(uint64_t blockBytes, size_t blocks)
-    : blockBytes_((std::max<uint64_t>(blockBytes, 4096) + 4095) / 4096 * 4096) {
+StagingPool::StagingPool(uint64_t blockBytes, size_t blocks,
+                         std::shared_ptr<MemoryBackend> pinner)
+    : blockBytes_((std::max<uint64_t>(blockBytes, 4096) + 4095) / 4096 * 4096),
+      pinner_(std::move(pinner)) {
   for (size_t i = 0; i < std::max<size_t>(blocks, 2); ++i) {
     auto *block = static_cast<char *>(std::aligned_alloc(4096, blockBytes_));
-    if (!block)
+    if (!block) {
+      releaseAll();
       throw std::bad_alloc();
+    }
     blocks_.push_back(block);
+    // Touched now, so that no save pays for the page faults.
+    std::memset(block, 0, blockBytes_);
+    if (pinner_ && pinner_->pinHostMemory(block, blockBytes_))
+      pinned_.push_back(block);
   }
   free_ = blocks_;
 }
 
-StagingPool::~StagingPool() {
+StagingPool::~StagingPool() { releaseAll(); }
+
+void StagingPool::releaseAll() {
+  for (char *block : pinned_)
+    pinner_->unpinHostMemory(block, blockBytes_);
   for (char *block : blocks_)
     std::free(block);
+  pinned_.clear();
+  blocks_.clear();
 }
 
 std::vector<char *> StagingPool::acquire(size_t count) {

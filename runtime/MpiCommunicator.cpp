@@ -5,6 +5,7 @@
 #include "fsdp/Runtime/MpiCommunicator.h"
 #endif
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <cstdlib>
@@ -117,6 +118,19 @@ public:
         !s)
       return s.failure();
     return out;
+  }
+
+  Status broadcastInPlace(void *data, uint64_t size, int64_t root) override {
+    // MPI counts are ints: pieces of at most 1 GiB.
+    constexpr uint64_t kPiece = uint64_t(1) << 30;
+    for (uint64_t at = 0; at < size; at += kPiece)
+      if (Status s = mpiCheck(MPI_Bcast(static_cast<char *>(data) + at,
+                                        static_cast<int>(std::min(kPiece, size - at)), MPI_BYTE,
+                                        static_cast<int>(root), comm_),
+                              "MPI_Bcast");
+          !s)
+        return s;
+    return Status::success();
   }
 
 private:

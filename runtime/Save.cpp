@@ -306,6 +306,22 @@ Status writeRankFile(const plan::RankPlan &plan, const RankBuffers &buffers,
     ::madvise(block, kDirectBlockBytes, MADV_HUGEPAGE);
     directBlocks.emplace_back(static_cast<char *>(block), &std::free);
   }
+  // Device buffers are copied out straight into these blocks: pinned, the
+  // copies run at the link's speed (unpinned blocks still work, slower).
+  struct Unpin {
+    MemoryBackend *backend = nullptr;
+    std::vector<char *> blocks;
+    ~Unpin() {
+      for (char *block : blocks)
+        backend->unpinHostMemory(block, kDirectBlockBytes);
+    }
+  } unpin;
+  if (!buffers.backend().hostAccessible()) {
+    unpin.backend = &buffers.backend();
+    for (auto &block : directBlocks)
+      if (buffers.backend().pinHostMemory(block.get(), kDirectBlockBytes))
+        unpin.blocks.push_back(block.get());
+  }
   std::vector<std::unique_ptr<ItemWriter>> writers;
   for (unsigned worker = 0; worker < threads; ++worker) {
     writers.push_back(

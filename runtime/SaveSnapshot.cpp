@@ -19,7 +19,8 @@ constexpr uint64_t kCopyPieceBytes = uint64_t(64) << 20;
 uint64_t roundUp(uint64_t value) { return (value + kPageBytes - 1) / kPageBytes * kPageBytes; }
 } // namespace
 
-Result<std::unique_ptr<SaveSnapshot>> SaveSnapshot::reserve(const plan::RankPlan &plan) {
+Result<std::unique_ptr<SaveSnapshot>> SaveSnapshot::reserve(const plan::RankPlan &plan,
+                                                             std::shared_ptr<MemoryBackend> pinner) {
   std::unique_ptr<SaveSnapshot> snapshot(new SaveSnapshot());
   std::map<std::pair<int32_t, plan::BufferRole>, const plan::LocalBuffer *> byRole;
   for (const plan::LocalBuffer &buffer : plan.buffers)
@@ -89,6 +90,8 @@ Result<std::unique_ptr<SaveSnapshot>> SaveSnapshot::reserve(const plan::RankPlan
   if (!memory)
     return propagate(memory, "the async save's snapshot: " + memory.error());
   snapshot->memory_ = *memory;
+  if (pinner && snapshot->reserved_ && pinner->pinHostMemory(snapshot->memory_, snapshot->reserved_))
+    snapshot->pinner_ = std::move(pinner);
   std::map<std::pair<int32_t, plan::BufferRole>, void *> views;
   for (const auto &[buffer, offset] : offsets)
     views[buffer] = static_cast<char *>(snapshot->memory_) + offset;
@@ -100,6 +103,8 @@ Result<std::unique_ptr<SaveSnapshot>> SaveSnapshot::reserve(const plan::RankPlan
 }
 
 SaveSnapshot::~SaveSnapshot() {
+  if (pinner_)
+    pinner_->unpinHostMemory(memory_, reserved_);
   if (memory_)
     host_->release(memory_);
 }

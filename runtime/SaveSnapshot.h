@@ -21,8 +21,11 @@ namespace runtime {
 
 class SaveSnapshot {
 public:
-  /// Host memory for every buffer that `plan` saves from (not the others).
-  static Result<std::unique_ptr<SaveSnapshot>> reserve(const plan::RankPlan &plan);
+  /// Host memory for every buffer that `plan` saves from (not the others),
+  /// pinned by `pinner` when given (a device's backend; unpinned memory if
+  /// it cannot).
+  static Result<std::unique_ptr<SaveSnapshot>>
+  reserve(const plan::RankPlan &plan, std::shared_ptr<MemoryBackend> pinner = nullptr);
   ~SaveSnapshot();
   SaveSnapshot(const SaveSnapshot &) = delete;
   SaveSnapshot &operator=(const SaveSnapshot &) = delete;
@@ -44,7 +47,7 @@ private:
     uint64_t offset, bytes; // in the buffer and in its copy alike
   };
   std::vector<Range> ranges_; // the write items' ranges, adjacent ones merged
-  std::shared_ptr<MemoryBackend> host_;
+  std::shared_ptr<MemoryBackend> host_, pinner_;
   void *memory_ = nullptr;
   uint64_t reserved_ = 0;
   RankBuffers buffers_;

@@ -18,7 +18,7 @@ status=0
 # through the executor both ways.
 ONE_THREAD="$BUILD/test-results-1-thread.xml"
 rm -f "$ONE_THREAD"
-FSDP_THREADS=1 /usr/lib/llvm-22/bin/lit -s --xunit-xml-output "$ONE_THREAD" "$@" \
+FSDP_THREADS=1 /usr/lib/llvm-22/bin/lit -sv --xunit-xml-output "$ONE_THREAD" "$@" \
   "$BUILD/test/Tools/fsdp-ckpt" "$BUILD/test/Runtime" || status=1
 # The fuzzers, briefly (FSDP_FUZZ_SECONDS each; longer by hand with
 # scripts/fuzz.sh): each counts as one test.

@@ -11,7 +11,7 @@ BUILD="${FSDP_TSAN_BUILD_DIR:-$ROOT/build-tsan}"
 FLAGS="-fsanitize=thread -fno-omit-frame-pointer"
 
 cmake -G Ninja -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DFSDP_BUILD_COMPILER=OFF -DCMAKE_CXX_FLAGS="$FLAGS" -DCMAKE_C_FLAGS="$FLAGS" \
+  -DFSDP_BUILD_COMPILER=OFF -DFSDP_ENABLE_CUDA=OFF -DCMAKE_CXX_FLAGS="$FLAGS" -DCMAKE_C_FLAGS="$FLAGS" \
   -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=thread" >/dev/null
 ninja -C "$BUILD" -j"${FSDP_JOBS:-2}" FSDPRuntimeTests
 
@@ -20,7 +20,7 @@ rm -rf "$RESULTS" && mkdir -p "$RESULTS"
 # halt_on_error: a race fails the run, not just a line in the log.
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"
 echo "tsan: FSDPRuntimeTests, the threaded tests (ranks as threads, worker threads per rank)"
-if ! "$BUILD/unittests/FSDPRuntimeTests" --gtest_filter='Protocol*:Communicators*:MultiRank*:SimulatedDevice.SaveLoad*:SimulatedDevice.Copies*:SimulatedDevice.Large*:StagingPool*:AsyncSave*' \
+if ! "$BUILD/unittests/FSDPRuntimeTests" --gtest_filter='Protocol*:Communicators*:MultiRank*:SimulatedDevice.SaveLoad*:SimulatedDevice.Copies*:SimulatedDevice.Large*:StagingPool*:AsyncSave*:ReplicaGroups*:CommunicatorDataPlane*:ReplicaLoads*:Pinning*' \
       --gtest_output="xml:$RESULTS/FSDPRuntimeTests-tsan.xml" > "$RESULTS/tsan.log" 2>&1; then
   echo "tsan: FAILED"
   tail -40 "$RESULTS/tsan.log"

@@ -8,6 +8,7 @@
 #include "fsdp/Runtime/Checkpoint.h"
 #include "fsdp/Runtime/CheckpointReader.h"
 #include "fsdp/Runtime/Checkpointer.h"
+#include "fsdp/Runtime/CudaBackend.h"
 #include "fsdp/Runtime/Inspect.h"
 #include "fsdp/Runtime/Protocol.h"
 #include "fsdp/Support/Printable.h"
@@ -139,6 +140,40 @@ SaveOptions saveOptions(unsigned threads, uint64_t stagingMb, bool bufferedIO) {
   return options;
 }
 
+/// --device and --replica-plane: the memory backend, and how replicas
+/// share a load's reads. A GPU that is not there is an error, never host
+/// memory instead.
+Status useDevice(Checkpointer &checkpointer, const std::string &device,
+                 const std::string &replicaPlane) {
+  int gpu = -1;
+  if (device == "cuda") {
+    Result<int> count = cudaDeviceCount();
+    if (!count)
+      return propagate(count, "--device cuda: " + count.error());
+    gpu = localRankDevice(*count);
+    Result<std::shared_ptr<MemoryBackend>> backend = createCudaBackend(gpu);
+    if (!backend)
+      return propagate(backend, "--device cuda: " + backend.error());
+    checkpointer.useMemoryBackend(backend.take());
+  } else if (device == "simulated") {
+    checkpointer.useMemoryBackend(createSimulatedDeviceBackend());
+  }
+  bool nccl = replicaPlane == "nccl" || (replicaPlane == "auto" && gpu >= 0 && ncclBuilt());
+  if (replicaPlane == "none")
+    checkpointer.shareReplicaReads(false);
+  else if (nccl && gpu < 0)
+    return makeError("--replica-plane nccl needs --device cuda", ErrorKind::InvalidArgument);
+  else if (nccl)
+    checkpointer.useDataPlane(
+        [gpu](std::unique_ptr<Communicator> group) {
+          return createNcclDataPlane(std::move(group), gpu);
+        },
+        /*evenAlone=*/replicaPlane == "nccl");
+  else if (replicaPlane == "communicator")
+    checkpointer.useDataPlane(nullptr, /*evenAlone=*/true);
+  return Status::success();
+}
+
 constexpr const char *kExitCodes =
     "Exit status: 0 success; 1 failed (a --check mismatch, or any other failure);\n"
     "2 invalid argument; 3 not found; 4 corrupt (checksum, truncated, malformed);\n"
@@ -206,6 +241,20 @@ int run(int argc, char **argv) {
   const char *stagingHelp = "Host staging memory per rank in MiB for device buffers (default 8 "
                             "per thread, at most a 64th of memory)";
   bool bufferedIO = false;
+  std::string device = "cpu", replicaPlane = "auto";
+  for (CLI::App *command : {save, load, reshard})
+    command
+        ->add_option("--device", device,
+                     "Where the buffers live: cpu, cuda (the GPU local_rank % device_count) or "
+                     "simulated (testing: device memory the host may not touch)")
+        ->check(CLI::IsMember({"cpu", "cuda", "simulated"}));
+  for (CLI::App *command : {load, reshard})
+    command
+        ->add_option("--replica-plane", replicaPlane,
+                     "How replicas (HSDP) share a load's reads: auto (NCCL on cuda, else the "
+                     "communicator), communicator, nccl (these two also for a group of one: a "
+                     "check), or none (every rank reads all it loads)")
+        ->check(CLI::IsMember({"auto", "communicator", "nccl", "none"}));
   for (CLI::App *command : {save, reshard})
     command->add_flag("--buffered-io", bufferedIO,
                       "Write through the page cache (default: direct I/O where the file system "
@@ -275,6 +324,11 @@ int run(int argc, char **argv) {
   if (!opened)
     return failHere(rank, size, command, opened.failure());
   Checkpointer &checkpointer = **opened;
+  if (Status status = useDevice(checkpointer, device, replicaPlane); !status)
+    return failHere(rank, size, command, status.failure());
+  // Staging for device buffers, reserved and pinned before any clock runs.
+  if (Status status = checkpointer.reserveStaging(threads, stagingMb << 20); !status)
+    return failHere(rank, size, command, status.failure());
   if (Status status = checkpointer.allocate(); !status)
     return failHere(rank, size, command, status.failure());
   bool speaks = rank == checkpointer.root(); // the rank that reports for all

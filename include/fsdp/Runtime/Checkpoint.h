@@ -42,6 +42,8 @@
 namespace fsdp {
 namespace runtime {
 
+class ReplicaDataPlane;
+
 struct Progress {
   uint64_t bytesDone = 0;
   uint64_t bytesTotal = 0;
@@ -128,6 +130,10 @@ struct LoadOptions {
   std::function<void(const std::string &)> notice;
   /// The rank that decides for all (the plan's committing rank).
   int64_t root = 0;
+  /// This rank's replica group (DataPlane.h): when set, the members split
+  /// the reads and broadcast what each read, so every saved byte is read
+  /// from storage once per group. Checkpointer::load sets it.
+  ReplicaDataPlane *replicas = nullptr;
 };
 
 struct LoadResult {

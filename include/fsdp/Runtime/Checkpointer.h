@@ -19,6 +19,7 @@
 #define FSDP_RUNTIME_CHECKPOINTER_H
 
 #include "fsdp/Runtime/Checkpoint.h"
+#include "fsdp/Runtime/DataPlane.h"
 
 #include <atomic>
 #include <map>
@@ -84,8 +85,23 @@ public:
   int64_t root() const { return planFile_.commitRank(); }
 
   /// Where allocate and bind put the buffers from now on (host memory
-  /// unless told otherwise).
-  void useMemoryBackend(std::shared_ptr<MemoryBackend> backend) { backend_ = std::move(backend); }
+  /// unless told otherwise). For memory the host may not touch (a GPU),
+  /// the staging pool is reserved and pinned by the first allocate, bind
+  /// or reserveStaging, so no save pays for it.
+  void useMemoryBackend(std::shared_ptr<MemoryBackend> backend);
+  MemoryBackend *memoryBackend() const { return backend_.get(); }
+  /// Reserves (and pins) the staging pool for device buffers now: `bytes`
+  /// in all (0: defaultStagingBytes), two blocks per thread. Replaces a
+  /// pool of another size.
+  Status reserveStaging(unsigned threads = 0, uint64_t bytes = 0);
+
+  /// How loads share reads within a replica group (DataPlane.h): the
+  /// group's communicator by default; `factory` makes another (NCCL). With
+  /// `evenAlone`, a group of one gets a data plane too (a check of it on
+  /// one GPU). Takes effect at the next load.
+  void useDataPlane(DataPlaneFactory factory, bool evenAlone = false);
+  /// Off: every rank reads all its pieces from storage itself.
+  void shareReplicaReads(bool share) { shareReads_ = share; }
 
   /// Runtime-owned buffers for every (group, role), zeroed.
   Status allocate();
@@ -125,7 +141,15 @@ private:
   std::unique_ptr<Communicator> comm_;
   std::unique_ptr<Storage> storage_;
   std::shared_ptr<MemoryBackend> backend_;
-  std::unique_ptr<StagingPool> staging_;   // made by the first save that needs it
+  Status ensureStaging();
+  Status findReplicas();
+  std::unique_ptr<StagingPool> staging_;   // for device buffers; see reserveStaging
+  uint64_t stagingBytes_ = 0;              // what staging_ was reserved with
+  unsigned stagingThreads_ = 0;
+  DataPlaneFactory dataPlaneFactory_;
+  bool dataPlaneAlone_ = false, shareReads_ = true;
+  bool replicasDecided_ = false;           // the replica group was looked for
+  std::unique_ptr<ReplicaDataPlane> replicas_;
   std::unique_ptr<SaveSnapshot> snapshot_; // made by the first async save
   std::shared_ptr<PendingSave> pending_;
   std::map<std::pair<int32_t, plan::BufferRole>, void *> bound_;

@@ -35,9 +35,15 @@ public:
   virtual Result<std::vector<std::string>> gather(const std::string &bytes, int64_t root) = 0;
   /// `bytes` of `root` on every rank.
   virtual Result<std::string> broadcast(const std::string &bytes, int64_t root) = 0;
+  /// `size` bytes of host memory at `data` of `root` into `data` on every
+  /// rank (the same size everywhere): bulk bytes without copies where the
+  /// implementation can (MPI, callbacks); by default through broadcast().
+  virtual Status broadcastInPlace(void *data, uint64_t size, int64_t root);
   /// Collective: the ranks passing the same `color` form a new group,
   /// ranked by (`key`, rank). E.g. the replica groups of an HSDP mesh.
   virtual Result<std::unique_ptr<Communicator>> split(int64_t color, int64_t key) = 0;
+  /// Whether split can work (callbacks may not provide it).
+  virtual bool canSplit() const { return true; }
   /// Whether another thread may run this communicator's collectives while
   /// the caller's thread goes on (an async save's background): a caller's
   /// MPI needs MPI_THREAD_MULTIPLE for that.

@@ -9,7 +9,8 @@
 // Backends: host memory; a simulated device for the tests (its memory is
 // mapped without any access for the host, so a stray host access faults at
 // once; copies run on its own thread after a configurable delay); CUDA
-// (planned).
+// (CudaBackend.h: device memory, copies on streams, events as completions,
+// kernels for the cast and the test values).
 //
 //===----------------------------------------------------------------------===//
 #ifndef FSDP_RUNTIME_MEMORYBACKEND_H
@@ -51,17 +52,39 @@ public:
   /// this backend's memory (rounding to nearest even).
   virtual Status cast(dcp::DType from, const void *source, dcp::DType to, void *destination,
                       uint64_t elements) = 0;
+
+  /// Makes host memory one this backend copies to and from at full speed
+  /// (CUDA: page-locked, registered in pieces of at most 1 GiB): staging
+  /// blocks and async-save snapshots. Nothing to do for host memory.
+  virtual Status pinHostMemory(void *memory, uint64_t bytes) {
+    (void)memory, (void)bytes;
+    return Status::success();
+  }
+  virtual void unpinHostMemory(void *memory, uint64_t bytes) { (void)memory, (void)bytes; }
+  /// Host bytes pinned now (what staging and snapshots hold), for reports.
+  virtual uint64_t pinnedHostBytes() const { return 0; }
+
+  /// Whether fillTestValues/checkTestValues run in this backend's memory
+  /// (device kernels): --fill and --check then need no host copy.
+  virtual bool hasTestValueKernels() const { return false; }
+  /// Values.h's fillTestValues / checkTestValues on this backend's memory.
+  virtual Status fillTestValues(dcp::DType dtype, uint32_t keyHash, uint64_t firstElement,
+                                uint64_t count, uint32_t seed, void *memory);
+  virtual Status checkTestValues(dcp::DType dtype, uint32_t keyHash, uint64_t firstElement,
+                                 uint64_t count, uint32_t seed, const void *memory);
 };
 
 std::shared_ptr<MemoryBackend> createHostBackend();
 
 /// Host blocks that device memory is staged through: allocated once (by a
-/// checkpointer, for all its saves), handed out in groups, and waited for
-/// when all are in use, which bounds staging memory and holds back workers
-/// that run ahead (back-pressure).
+/// checkpointer, for all its saves), pinned by the device's backend,
+/// handed out in groups, and waited for when all are in use, which bounds
+/// staging memory and holds back workers that run ahead (back-pressure).
 class StagingPool {
 public:
-  StagingPool(uint64_t blockBytes, size_t blocks);
+  /// Throws std::bad_alloc when the host has no memory for it; a failure to
+  /// pin leaves the blocks unpinned (slower copies, same bytes).
+  StagingPool(uint64_t blockBytes, size_t blocks, std::shared_ptr<MemoryBackend> pinner = nullptr);
   ~StagingPool();
   StagingPool(const StagingPool &) = delete;
   StagingPool &operator=(const StagingPool &) = delete;
@@ -74,8 +97,10 @@ public:
   void release(const std::vector<char *> &blocks);
 
 private:
+  void releaseAll();
   uint64_t blockBytes_;
-  std::vector<char *> blocks_, free_;
+  std::shared_ptr<MemoryBackend> pinner_;
+  std::vector<char *> blocks_, free_, pinned_;
   std::mutex mutex_;
   std::condition_variable freed_;
 };
@@ -84,6 +109,8 @@ struct SimulatedDeviceOptions {
   /// Every copy waits this long on the device's thread before it runs.
   std::chrono::microseconds copyDelay{0};
 };
+/// The simulated device pins host memory by bookkeeping (pinnedHostBytes)
+/// and runs the test-value functions on its own thread, as kernels would.
 std::shared_ptr<MemoryBackend> createSimulatedDeviceBackend(SimulatedDeviceOptions options = {});
 
 } // namespace runtime
