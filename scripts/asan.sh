@@ -12,7 +12,7 @@ MAIN_BUILD="${FSDP_BUILD_DIR:-$ROOT/build}"
 FLAGS="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
 
 cmake -G Ninja -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Debug \
-  -DFSDP_BUILD_COMPILER=OFF -DCMAKE_CXX_FLAGS="$FLAGS" -DCMAKE_C_FLAGS="$FLAGS" \
+  -DFSDP_BUILD_COMPILER=OFF -DFSDP_ENABLE_CUDA=OFF -DCMAKE_CXX_FLAGS="$FLAGS" -DCMAKE_C_FLAGS="$FLAGS" \
   -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" >/dev/null
 TESTS=(FSDPLayoutTests FSDPFormatTests FSDPPlanTests FSDPRuntimeTests)
 ninja -C "$BUILD" -j"${FSDP_JOBS:-2}" "${TESTS[@]}" fsdp-ckpt

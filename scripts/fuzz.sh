@@ -17,7 +17,7 @@ FIXTURE="$ROOT/test/Inputs/torch-fsdp2-ws2/checkpoint"
 cmake -G Ninja -S "$ROOT" -B "$BUILD" \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_COMPILER="$CXX" -DCMAKE_C_COMPILER="$CC" \
-  -DFSDP_BUILD_COMPILER=OFF -DFSDP_BUILD_TESTS=OFF -DFSDP_BUILD_FUZZERS=ON >/dev/null
+  -DFSDP_BUILD_COMPILER=OFF -DFSDP_BUILD_TESTS=OFF -DFSDP_BUILD_FUZZERS=ON -DFSDP_ENABLE_CUDA=OFF >/dev/null
 ninja -C "$BUILD" FuzzPickle FuzzZip FuzzPlan FuzzCheckpoint FuzzChunkIndex MakePlanSeed
 
 # Seeds: .metadata and every item's data.pkl for the unpickler; every item

@@ -204,6 +204,12 @@ int run(int argc, char **argv) {
   save->add_flag("--async", async,
                  "Return to training once every byte is copied to host memory, write in the "
                  "background, and print \"stall S s, total T s\"");
+  unsigned repeat = 1;
+  save->add_option("--repeat", repeat,
+                   "Save N times in this process, each after the first over the last (a "
+                   "training job's later saves: nothing left to reserve or warm up); one report "
+                   "per save")
+      ->check(CLI::Range(1u, 1000u));
   save->add_option("--scribble-after-return", scribbleSeed,
                    "Testing: with --async, fill the buffers from SEED as soon as the save "
                    "returns (the checkpoint must hold --fill's values)")
@@ -341,30 +347,36 @@ int run(int argc, char **argv) {
         return failHere(rank, size, command, status.failure());
     if (Status status = checkpointer.fill(static_cast<uint32_t>(seed)); !status)
       return failHere(rank, size, command, status.failure());
-    SaveOptions options = saveOptions(threads, stagingMb, bufferedIO);
-    options.overwrite = overwrite;
-    options.step = step;
-    options.progress = progressPrinter("save", speaks);
-    Result<TransferStats> stats = makeError("no save ran", ErrorKind::Internal);
-    if (async) {
-      Result<std::shared_ptr<PendingSave>> started = checkpointer.saveAsync(dir, options);
-      if (!started)
-        return failHere(rank, size, command, started.failure());
-      // Training goes on: the buffers change while the save writes.
-      Status scribbled =
-          scribbleSeed >= 0 ? checkpointer.fill(static_cast<uint32_t>(scribbleSeed)) : Status();
-      stats = (*started)->wait();
-      if (stats && !scribbled)
-        return failHere(rank, size, command, scribbled.failure());
-    } else {
-      stats = checkpointer.save(dir, options);
+    for (unsigned round = 0; round < repeat; ++round) {
+      SaveOptions options = saveOptions(threads, stagingMb, bufferedIO);
+      options.overwrite = overwrite || round > 0;
+      options.step = step;
+      options.progress = progressPrinter("save", speaks);
+      Result<TransferStats> stats = makeError("no save ran", ErrorKind::Internal);
+      if (async) {
+        Result<std::shared_ptr<PendingSave>> started = checkpointer.saveAsync(dir, options);
+        if (!started)
+          return failHere(rank, size, command, started.failure());
+        // Training goes on: the buffers change while the save writes.
+        Status scribbled =
+            scribbleSeed >= 0 ? checkpointer.fill(static_cast<uint32_t>(scribbleSeed)) : Status();
+        stats = (*started)->wait();
+        if (stats && !scribbled)
+          return failHere(rank, size, command, scribbled.failure());
+        // The next round saves --fill's values again.
+        if (scribbleSeed >= 0 && round + 1 < repeat)
+          if (Status refilled = checkpointer.fill(static_cast<uint32_t>(seed)); !refilled)
+            return failHere(rank, size, command, refilled.failure());
+      } else {
+        stats = checkpointer.save(dir, options);
+      }
+      if (!stats)
+        return fail(&checkpointer, command, stats.failure());
+      if (Status status = reportStats(checkpointer, *stats, checkpointer.root(), "save",
+                                      "saved " + dir, "from", statsPath, "", async);
+          !status)
+        return failHere(rank, size, command, status.failure());
     }
-    if (!stats)
-      return fail(&checkpointer, command, stats.failure());
-    if (Status status = reportStats(checkpointer, *stats, checkpointer.root(), "save",
-                                    "saved " + dir, "from", statsPath, "", async);
-        !status)
-      return failHere(rank, size, command, status.failure());
     return 0;
   }
 
