@@ -15,13 +15,6 @@ namespace {
 
 constexpr uint64_t kBlock = 1 << 20;
 
-std::string dimsText(const dcp::Dims &dims) {
-  std::string text = "[";
-  for (size_t i = 0; i < dims.size(); ++i)
-    text += (i ? ", " : "") + std::to_string(dims[i]);
-  return text + "]";
-}
-
 Error corrupt(std::string message) { return makeError(std::move(message), ErrorKind::Corrupt); }
 
 /// [offset, offset + length) inside [0, size), without overflow.

@@ -1,5 +1,6 @@
 //===- Inspect.cpp - Describe any DCP checkpoint directory ----------------===//
 #include "fsdp/Runtime/Inspect.h"
+#include "RuntimeSupport.h"
 #include "fsdp/Runtime/CheckpointReader.h"
 #include "fsdp/Support/Printable.h"
 
@@ -13,13 +14,6 @@ namespace fsdp {
 namespace runtime {
 
 namespace {
-
-std::string dimsText(const dcp::Dims &dims) {
-  std::string text = "[";
-  for (size_t i = 0; i < dims.size(); ++i)
-    text += (i ? ", " : "") + std::to_string(dims[i]);
-  return text + "]";
-}
 
 Status describe(CheckpointReader &reader, const InspectOptions &options, std::ostream &out) {
   const dcp::Metadata &metadata = reader.metadata();

@@ -1,6 +1,9 @@
 //===- RuntimeSupport.cpp - Helpers shared by save, load and verify -------===//
 #include "RuntimeSupport.h"
 
+#include <ctime>
+#include <unistd.h>
+
 namespace fsdp {
 namespace runtime {
 
@@ -22,6 +25,22 @@ std::string itemChecksumKey(const std::string &key, const dcp::Dims &offsets, bo
   for (size_t i = 0; i < offsets.size(); ++i)
     text += (i ? ", " : "") + std::to_string(offsets[i]);
   return text + "]";
+}
+
+std::string dimsText(const dcp::Dims &dims) {
+  std::string text = "[";
+  for (size_t i = 0; i < dims.size(); ++i)
+    text += (i ? ", " : "") + std::to_string(dims[i]);
+  return text + "]";
+}
+
+std::string claimHolder() {
+  char host[256] = "?";
+  ::gethostname(host, sizeof(host) - 1);
+  std::time_t now = std::time(nullptr);
+  char when[64];
+  std::strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", std::localtime(&now));
+  return "pid " + std::to_string(::getpid()) + " on " + host + " since " + when;
 }
 
 std::string baseName(const std::string &path) {

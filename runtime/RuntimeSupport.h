@@ -28,6 +28,9 @@ private:
 /// for tensors ("model.w@[4, 0]").
 std::string itemChecksumKey(const std::string &key, const dcp::Dims &offsets, bool isTensor);
 
+/// "[4, 0]": a chunk's offsets or sizes, a shape, for messages.
+std::string dimsText(const dcp::Dims &dims);
+
 std::string baseName(const std::string &path);
 std::string parentDir(const std::string &path);
 std::string trimSlashes(const std::string &path);
@@ -36,6 +39,9 @@ std::string trimSlashes(const std::string &path);
 std::string stagingDirFor(const std::string &target);
 /// The lock file a save of `target` claims, beside it.
 std::string lockPathFor(const std::string &target);
+/// Who holds a claim ("pid P on HOST since T"), for the busy error of a
+/// second save or export.
+std::string claimHolder();
 /// An error when `dir` is a staging directory: a save that never committed,
 /// however complete its files look.
 Status refuseStagingDir(const std::string &dir);

@@ -28,16 +28,6 @@ namespace {
 constexpr uint64_t kDirectBlockBytes = uint64_t(8) << 20;
 constexpr uint64_t kDirectBlockAlignment = uint64_t(2) << 20;
 
-/// Who holds a claim, for the busy error of a second save.
-std::string claimHolder() {
-  char host[256] = "?";
-  ::gethostname(host, sizeof(host) - 1);
-  std::time_t now = std::time(nullptr);
-  char when[64];
-  std::strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", std::localtime(&now));
-  return "pid " + std::to_string(::getpid()) + " on " + host + " since " + when;
-}
-
 /// Streams one item: header, data, trailer, with CRC32 of the data and xxh3
 /// of the whole item computed block by block while the data is hot.
 struct ItemWriter {

@@ -30,3 +30,13 @@ config.environment["FILECHECK_OPTS"] = "-enable-var-scope"
 
 tools = ["fsdp-opt", "fsdp-translate", "fsdp-ckpt", "fsdp-c-api-roundtrip", "fsdp-mpi-subcomm"]
 llvm_config.add_tool_substitutions(tools, [config.fsdp_tools_dir, config.llvm_tools_dir])
+
+# Python with torch, safetensors and transformers from PyPI (scripts/python-env.sh
+# makes it, cached under ~/.cache): FSDP_VENV_PYTHON names its interpreter. Tests
+# that need it say `REQUIRES: torch-venv` and are reported unsupported (not passed)
+# without it.
+venv_python = os.environ.get("FSDP_VENV_PYTHON", "")
+if venv_python and os.access(venv_python, os.X_OK):
+    config.available_features.add("torch-venv")
+    config.substitutions.append(("%venv_python", venv_python))
+config.substitutions.append(("%scripts", os.path.join(config.fsdp_src_root, "scripts")))

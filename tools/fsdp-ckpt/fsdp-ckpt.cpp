@@ -9,6 +9,7 @@
 #include "fsdp/Runtime/CheckpointReader.h"
 #include "fsdp/Runtime/Checkpointer.h"
 #include "fsdp/Runtime/CudaBackend.h"
+#include "fsdp/Runtime/Export.h"
 #include "fsdp/Runtime/Inspect.h"
 #include "fsdp/Runtime/Protocol.h"
 #include "fsdp/Support/Printable.h"
@@ -282,6 +283,22 @@ int run(int argc, char **argv) {
   inspect->add_option("dir", inspectDir, "Checkpoint directory")->required();
   inspect->add_flag("--json", inspectOptions.json, "Print JSON");
 
+  std::string exportDir, safetensorsOut, exportDType, maxShardSize = "5GB";
+  bool exportOverwrite = false;
+  CLI::App *exporter = app.add_subcommand(
+      "export", "Write the model's whole tensors as Hugging Face safetensors (for inference)");
+  exporter->add_option("dir", exportDir, "Checkpoint directory (ours, PyTorch's, Megatron-FSDP's)")
+      ->required();
+  exporter->add_option("--safetensors", safetensorsOut,
+                       "Output directory: model.safetensors, or shards and "
+                       "model.safetensors.index.json")
+      ->required();
+  exporter->add_option("--dtype", exportDType, "Cast floating tensors (default: as saved)")
+      ->check(CLI::IsMember({"bf16", "f16", "f32"}));
+  exporter->add_option("--max-shard-size", maxShardSize,
+                       "Tensor bytes per file at most (5GB = 5e9, 2GiB = 2^30)");
+  exporter->add_flag("--overwrite", exportOverwrite, "Replace an existing output atomically");
+
   app.footer(kExitCodes);
   try {
     app.parse(argc, argv);
@@ -299,6 +316,33 @@ int run(int argc, char **argv) {
     Status status = inspectCheckpoint(inspectDir, *storage, inspectOptions, std::cout);
     std::cout.flush();
     return status ? 0 : fail(nullptr, "inspect", status.failure());
+  }
+  if (exporter->parsed()) {
+    ExportOptions options;
+    options.overwrite = exportOverwrite;
+    if (!exportDType.empty())
+      options.dtype = exportDType == "bf16"  ? dcp::DType::BFloat16
+                      : exportDType == "f16" ? dcp::DType::Float16
+                                             : dcp::DType::Float32;
+    Result<uint64_t> shardBytes = parseByteSize(maxShardSize);
+    if (!shardBytes)
+      return fail(nullptr, "export", propagate(shardBytes, "--max-shard-size: " + shardBytes.error()));
+    options.maxShardBytes = *shardBytes;
+    options.progress = progressPrinter("export", true);
+    std::unique_ptr<Storage> storage = createPosixStorage();
+    Result<ExportResult> exported =
+        exportSafetensors(exportDir, safetensorsOut, *storage, options);
+    if (!exported)
+      return fail(nullptr, "export", exported.failure());
+    std::printf("exported %s: %llu tensors, %s in %zu file%s to %s in %.3f s, %.2f GB/s (largest "
+                "tensor %s)\n",
+                printable(exportDir).c_str(), static_cast<unsigned long long>(exported->tensors),
+                gigabytes(static_cast<double>(exported->bytes)).c_str(), exported->files.size(),
+                exported->files.size() == 1 ? "" : "s", printable(safetensorsOut).c_str(),
+                exported->seconds,
+                exported->seconds > 0 ? exported->bytes / exported->seconds / 1e9 : 0.0,
+                gigabytes(static_cast<double>(exported->largestTensorBytes)).c_str());
+    return 0;
   }
   if (verify->parsed()) {
     std::unique_ptr<Storage> storage = createPosixStorage();

@@ -3,6 +3,7 @@
 
 usage: corrupt.py DIR KIND
   item      flip one byte inside the raw data of the last item of __1_0.distcp
+  model-item  the same in the last `model.` item of __1_0.distcp (what an export reads)
   header    flip one byte inside the zip header of the first item of __0_0.distcp
   padding   write a non-zero byte into the alignment padding of __0_0.distcp
   metadata  flip one byte in the middle of .metadata
@@ -50,6 +51,10 @@ def main(d, kind):
     if kind == "item":
         key, name, offset, length = [i for i in items if i[1] == "__1_0.distcp"][-1]
         flip(os.path.join(d, name), offset + length - 200)  # raw data precedes the trailer
+    elif kind == "model-item":
+        key, name, offset, length = [i for i in items
+                                     if i[1] == "__1_0.distcp" and i[0].startswith("model.")][-1]
+        flip(os.path.join(d, name), offset + length - 200)
     elif kind == "header":
         key, name, offset, length = sorted(i for i in items if i[1] == "__0_0.distcp")[0]
         flip(os.path.join(d, name), offset + 40)

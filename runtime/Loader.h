@@ -1,0 +1,313 @@
+//===- Loader.h - Pieces of tensors out of a checkpoint -----------*- C++ -*-===//
+//
+// Internal to the runtime: what a load does for one piece (a box of one
+// tensor into a buffer range), through the one reader: the saved chunks it
+// needs found first (through the chunk index when there is one), then each
+// read (and checked) straight into the piece where it lands contiguously,
+// overlapping saved chunks compared where they overlap, and the box's
+// coverage checked. Load uses it for a plan's pieces, export for whole
+// tensors.
+//
+//===----------------------------------------------------------------------===//
+#ifndef FSDP_RUNTIME_LOADER_H
+#define FSDP_RUNTIME_LOADER_H
+
+#include "RuntimeSupport.h"
+#include "fsdp/Layout/Overlap.h"
+#include "fsdp/Runtime/Buffers.h"
+#include "fsdp/Runtime/CheckpointReader.h"
+#include "fsdp/Support/Printable.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <tuple>
+
+namespace fsdp {
+namespace runtime {
+
+inline Error incompatible(std::string message) {
+  return makeError(std::move(message), ErrorKind::Incompatible);
+}
+
+/// A saved chunk that overlaps the piece being loaded.
+struct Overlap {
+  const SavedChunk *chunk;
+  layout::Box source;  // the saved chunk
+  layout::Box overlap; // its part inside the piece
+  int64_t rowBegin() const { return overlap.offsets.empty() ? 0 : overlap.offsets[0]; }
+  int64_t rowEnd() const {
+    return overlap.offsets.empty() ? 1 : overlap.offsets[0] + overlap.sizes[0];
+  }
+};
+
+/// Reads this rank's pieces out of a checkpoint through the one reader.
+class Loader {
+public:
+  Loader(CheckpointReader &reader, uint64_t bandBytes) : reader_(reader), bandBytes_(bandBytes) {}
+
+  /// Finds the saved chunks every read needs (through the chunk index when
+  /// the checkpoint has one), before any data is read.
+  Status plan(const std::vector<plan::ReadItem> &reads) {
+    Result<std::vector<std::vector<SavedChunk>>> planned = reader_.planReads(reads);
+    if (!planned)
+      return planned.failure();
+    planned_ = planned.take();
+    return Status::success();
+  }
+
+  /// The indices of the reads sorted by where the first saved chunk each one
+  /// needs lies (file, offset); reads without one keep their place at the end.
+  std::vector<size_t> fileOrder() const {
+    std::vector<std::tuple<std::string, uint64_t, size_t>> keyed;
+    for (size_t index = 0; index < planned_.size(); ++index) {
+      std::tuple<std::string, uint64_t, size_t> key{std::string(1, '\xff'), 0, index};
+      if (!planned_[index].empty())
+        key = {planned_[index].front().file, planned_[index].front().itemOffset, index};
+      keyed.push_back(std::move(key));
+    }
+    std::sort(keyed.begin(), keyed.end());
+    std::vector<size_t> order;
+    for (const auto &entry : keyed)
+      order.push_back(std::get<2>(entry));
+    return order;
+  }
+
+  /// Piece `index` of the plan's reads; `staging` is the calling worker's
+  /// host staging.
+  Status loadPiece(const plan::ReadItem &read, size_t index, RankBuffers &buffers,
+                   std::string &staging) {
+    const std::string &dir = reader_.dir();
+    std::optional<KeyInfo> saved = reader_.keyInfo(read.key);
+    if (!saved)
+      return incompatible(read.key + ": missing in " + reader_.pathOf(".metadata"));
+    if (saved->isBytes)
+      return incompatible(read.key + ": " + printable(dir) +
+                          " holds a bytes item, the plan expects a tensor");
+    if (saved->shape != read.globalShape)
+      return incompatible(read.key + ": shape mismatch: " + printable(dir) + " has " +
+                          dimsText(saved->shape) + ", the plan expects " +
+                          dimsText(read.globalShape));
+    if (saved->dtype != read.dtype)
+      return incompatible(read.key + ": dtype mismatch: " + printable(dir) + " has " +
+                          dcp::dtypeInfo(saved->dtype).name + ", the plan expects " +
+                          dcp::dtypeInfo(read.dtype).name);
+    const std::vector<SavedChunk> &chunks = planned_[index];
+    Result<BufferView> view = buffers.get(read.buffer.group, read.buffer.role);
+    if (!view)
+      return propagate(view, read.key + ": " + view.error());
+    uint64_t elementSize = dcp::dtypeInfo(read.dtype).elementSize;
+    if (view->dtype != read.dtype || read.buffer.localOffset < 0 || read.buffer.elements < 0 ||
+        static_cast<uint64_t>(read.buffer.localOffset + read.buffer.elements) * elementSize >
+            view->bytes)
+      return makeError(read.key + ": the plan's piece does not fit its buffer",
+                       ErrorKind::InvalidArgument);
+    uint64_t pieceOffset = static_cast<uint64_t>(read.buffer.localOffset) * elementSize;
+    uint64_t pieceBytes = static_cast<uint64_t>(read.buffer.elements) * elementSize;
+    layout::Box target{read.chunkOffsets, read.chunkSizes};
+    if (view->backend->hostAccessible()) {
+      if (Status status = loadBox(read.key, chunks, target, elementSize,
+                                  static_cast<char *>(view->data) + pieceOffset);
+          !status)
+        return status;
+    } else {
+      // Memory the host may not touch (a device): the piece in bands of
+      // whole rows, each assembled in bounded host staging and copied in.
+      uint64_t rowBytes = elementSize;
+      for (size_t d = 1; d < target.sizes.size(); ++d)
+        rowBytes *= static_cast<uint64_t>(target.sizes[d]);
+      int64_t rows = target.sizes.empty() ? 1 : target.sizes[0];
+      int64_t bandRows =
+          std::max<int64_t>(1, static_cast<int64_t>(bandBytes_ / std::max<uint64_t>(rowBytes, 1)));
+      for (int64_t row = 0; row < rows; row += bandRows) {
+        layout::Box band = target;
+        if (!band.sizes.empty()) {
+          band.offsets[0] += row;
+          band.sizes[0] = std::min(bandRows, rows - row);
+        }
+        uint64_t bandBytes = band.sizes.empty() ? rowBytes : rowBytes * band.sizes[0];
+        staging.resize(bandBytes);
+        if (Status status = loadBox(read.key, chunks, band, elementSize, staging.data()); !status)
+          return status;
+        if (Status status = view->copyIn(pieceOffset + static_cast<uint64_t>(row) * rowBytes,
+                                         bandBytes, staging.data());
+            !status)
+          return propagate(status, read.key + ": " + status.error());
+      }
+    }
+    bytesRead_ += pieceBytes;
+    return Status::success();
+  }
+
+  /// The saved chunks of `key` overlapping `target` (a box of the tensor;
+  /// `chunks` holds every saved chunk that may) into host memory at `base`,
+  /// laid out as the box: every element covered, chunks that overlap each
+  /// other agreeing.
+  Status loadBox(const std::string &key, const std::vector<SavedChunk> &chunks,
+                 const layout::Box &target, uint64_t elementSize, char *base) {
+    const std::string &dir = reader_.dir();
+    std::vector<Overlap> overlaps;
+    for (const SavedChunk &chunk : chunks) {
+      layout::Box source{chunk.offsets, chunk.sizes};
+      if (std::optional<layout::Box> overlap = layout::intersect(source, target))
+        overlaps.push_back({&chunk, source, *overlap});
+    }
+    // In row order, so that saved chunks overlapping each other are found
+    // among neighbours: their common elements must agree.
+    std::sort(overlaps.begin(), overlaps.end(),
+              [](const Overlap &a, const Overlap &b) { return a.rowBegin() < b.rowBegin(); });
+    std::vector<const Overlap *> active;
+    std::vector<layout::Box> covered;
+    for (const Overlap &overlap : overlaps) {
+      Result<TensorItem *> item = reader_.tensorItem(key, *overlap.chunk);
+      if (!item)
+        return item.failure();
+      active.erase(std::remove_if(active.begin(), active.end(),
+                                  [&](const Overlap *earlier) {
+                                    return earlier->rowEnd() <= overlap.rowBegin();
+                                  }),
+                   active.end());
+      for (const Overlap *earlier : active)
+        if (std::optional<layout::Box> both = layout::intersect(earlier->overlap, overlap.overlap))
+          if (Status status =
+                  compareOverlap(**item, overlap, *earlier, *both, target, elementSize, base, key);
+              !status)
+            return status;
+      if (Status status = copyOverlap(**item, overlap.source, target, elementSize, base); !status)
+        return propagate(status, key + ": " + status.error());
+      active.push_back(&overlap);
+      covered.push_back(overlap.overlap);
+    }
+    if (!layout::covers(covered, target))
+      return incompatible(
+          key + ": no saved chunk in " + printable(dir) + " covers part of rows [" +
+          std::to_string(target.offsets.empty() ? 0 : target.offsets[0]) + ", " +
+          std::to_string(target.offsets.empty() ? 0 : target.offsets[0] + target.sizes[0]) +
+          "): the checkpoint does not tile the tensor");
+    return Status::success();
+  }
+
+  Result<float> loadStep(const plan::ReadItem &read, size_t index) {
+    std::optional<KeyInfo> saved = reader_.keyInfo(read.key);
+    if (!saved)
+      return incompatible(read.key + ": missing in " + reader_.pathOf(".metadata"));
+    if (saved->isBytes || !saved->shape.empty() || saved->chunkCount != 1 ||
+        planned_[index].size() != 1 || saved->dtype != dcp::DType::Float32)
+      return incompatible(read.key + ": expected a 0-d float32 tensor in " +
+                          printable(reader_.dir()));
+    Result<TensorItem *> item = reader_.tensorItem(read.key, planned_[index][0]);
+    if (!item)
+      return item.failure();
+    std::string storage((*item)->record.storageBytes(), '\0');
+    if (Status status = reader_.readStorage(**item, storage.data()); !status)
+      return propagate(status, read.key + ": " + status.error());
+    float step = 0;
+    std::memcpy(&step, storage.data() + (*item)->record.storageOffset * sizeof(float),
+                sizeof(step));
+    return step;
+  }
+
+  /// Every bytes item's raw archive, checked: what a reshard carries over.
+  Result<std::map<std::string, std::string>> bytesItems() {
+    std::map<std::string, std::string> out;
+    for (const std::string &key : reader_.bytesKeys()) {
+      Result<std::string> bytes = reader_.bytesItem(key);
+      if (!bytes)
+        return bytes.failure();
+      out[key] = bytes.take();
+    }
+    return out;
+  }
+
+  uint64_t bytesRead() const { return bytesRead_; }
+
+private:
+  /// Saved chunks that overlap must hold the same values where they do:
+  /// reads `overlap`'s values in `both` and compares them with what
+  /// `earlier` already put in the piece.
+  Status compareOverlap(TensorItem &item, const Overlap &overlap, const Overlap &earlier,
+                        const layout::Box &both, const layout::Box &target, uint64_t elementSize,
+                        const char *base, const std::string &key) {
+    uint64_t elements = 1;
+    for (int64_t size : both.sizes)
+      elements *= static_cast<uint64_t>(size);
+    std::string scratch(elements * elementSize, '\0');
+    if (Status status = copyOverlap(item, overlap.source, both, elementSize, scratch.data());
+        !status)
+      return propagate(status, key + ": " + status.error());
+    std::vector<layout::CopyRun> runs;
+    layout::overlapRuns(both, target, runs);
+    for (const layout::CopyRun &run : runs)
+      if (std::memcmp(scratch.data() + run.srcElementOffset * elementSize,
+                      base + run.dstElementOffset * elementSize, run.count * elementSize) != 0)
+        return makeError(key + ": the saved chunks at " + dimsText(earlier.chunk->offsets) +
+                             " and " + dimsText(overlap.chunk->offsets) + " in " +
+                             printable(reader_.dir()) + " overlap and hold different values there",
+                         ErrorKind::Corrupt);
+    return Status::success();
+  }
+
+  /// Copies source ∩ target into the target box at `base`.
+  Status copyOverlap(TensorItem &item, const layout::Box &source, const layout::Box &target,
+                     uint64_t elementSize, char *base) {
+    std::vector<layout::CopyRun> runs;
+    layout::overlapRuns(source, target, runs);
+    // The whole saved chunk lands contiguously in the piece (a load into the
+    // layout it was saved from): one read straight into the buffer, checked
+    // there.
+    if (item.contiguous && item.record.storageOffset == 0 && runs.size() == 1 &&
+        runs[0].srcElementOffset == 0 &&
+        static_cast<uint64_t>(runs[0].count) == item.record.storageElements)
+      return reader_.readStorage(item, base + runs[0].dstElementOffset * elementSize);
+    // A large item only partly needed is checked block by block first (its
+    // bytes not kept), then only the needed ranges are read: memory stays
+    // bounded whatever the item's size. A small one is read whole, once.
+    if (item.contiguous && reader_.needsCheck(item) && item.record.storageBytes() > kWholeItemBytes)
+      if (Status status = reader_.checkItem(item); !status)
+        return status;
+    if (item.contiguous && !reader_.needsCheck(item)) {
+      // Row-range chunks: exactly one run, one contiguous read.
+      for (const layout::CopyRun &run : runs)
+        if (Status status = reader_.readStorageRange(
+                item, (item.record.storageOffset + run.srcElementOffset) * elementSize,
+                run.count * elementSize, base + run.dstElementOffset * elementSize);
+            !status)
+          return status;
+      return Status::success();
+    }
+    // Read (and check) the storage once; serve the runs from memory, in C
+    // order (PyTorch may save strided views).
+    std::string storage(item.record.storageBytes(), '\0');
+    if (Status status = reader_.readStorage(item, storage.data()); !status)
+      return status;
+    std::string dense;
+    const char *elements = storage.data() + item.record.storageOffset * elementSize;
+    if (!item.contiguous) {
+      dense.assign(item.record.elementCount() * elementSize, '\0');
+      if (Status status =
+              zip::copyToContiguous(item.record, storage.data(), storage.size(), dense.data());
+          !status)
+        return status;
+      elements = dense.data();
+    }
+    for (const layout::CopyRun &run : runs)
+      std::memcpy(base + run.dstElementOffset * elementSize,
+                  elements + run.srcElementOffset * elementSize, run.count * elementSize);
+    return Status::success();
+  }
+
+  /// Items up to this size are read whole when only part of them is needed.
+  static constexpr uint64_t kWholeItemBytes = 64 << 20;
+
+  CheckpointReader &reader_;
+  std::vector<std::vector<SavedChunk>> planned_; // per read: the saved chunks it needs
+  uint64_t bandBytes_;                 // the most host staging one band of a device piece takes
+  std::atomic<uint64_t> bytesRead_{0}; // pieces loaded, by every worker
+};
+
+} // namespace runtime
+} // namespace fsdp
+
+#endif // FSDP_RUNTIME_LOADER_H
