@@ -10,7 +10,8 @@ PACKAGES=(cmake ninja-build g++ python3 ccache
           llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools
           libgtest-dev zlib1g-dev nlohmann-json3-dev libxxhash-dev
           flatbuffers-compiler libflatbuffers-dev libcli11-dev clang
-          libopenmpi-dev openmpi-bin util-linux libisal-dev)
+          libopenmpi-dev openmpi-bin util-linux libisal-dev
+          python3-venv python3-dev)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do

@@ -1,0 +1,70 @@
+"""fsdp_mlir: checkpoints of Megatron-FSDP packed buffers in PyTorch DCP
+format, from Python (DESIGN.md §4.5).
+
+    import fsdp_mlir as fm
+    plan = fm.compile("model.json", out_dir="out", mesh="dp=4", placements="shard")
+    ck = fm.Checkpointer(plan, comm=None)      # None, "mpi" or a torch ProcessGroup
+    ck.allocate(); ck.fill(7); ck.save("ckpt")
+    fm.verify("ckpt"); fm.inspect("ckpt")
+
+`fsdp_mlir.torch` (describe, attach, save_checkpoint, load_checkpoint) is
+imported on first use, so `import fsdp_mlir` does not import torch.
+"""
+
+import json as _json
+import os as _os
+
+from . import _core
+from ._checkpointer import Checkpointer, SaveHandle
+from ._compile import compile, find_tool
+from ._errors import Busy, CheckpointError, Corrupt, Incompatible, IOError_, NotFound
+
+__all__ = [
+    "Checkpointer", "SaveHandle", "compile", "find_tool", "verify", "inspect",
+    "export_safetensors",
+    "CheckpointError", "NotFound", "Corrupt", "Incompatible", "IOError_", "Busy",
+    "cuda_built", "mpi_built",
+]
+
+#: Whether this build has the runtime's CUDA backend (CUDA tensors bind).
+cuda_built = bool(_core.cuda_built)
+#: Whether this build has MPI (comm="mpi").
+mpi_built = bool(_core.mpi_built)
+
+
+def verify(dir):
+    """Checks every byte of the checkpoint in `dir` against its integrity
+    index (a PyTorch checkpoint: every zip CRC), every item against
+    `.metadata`, and that chunks tile each tensor. Returns True; raises
+    Corrupt (or NotFound, ...) naming every problem otherwise."""
+    _core.verify(_os.fspath(dir))
+    return True
+
+
+def inspect(dir):
+    """The keys, shapes, dtypes, chunks and files of the DCP checkpoint in
+    `dir`: the dict `fsdp-ckpt inspect --json` prints."""
+    return _json.loads(_core.inspect_json(_os.fspath(dir)))
+
+
+def export_safetensors(dir, out, dtype=None, max_shard_size="5GB", overwrite=False):
+    """Writes the model of the checkpoint in `dir` (ours, PyTorch's,
+    Megatron-FSDP's) as Hugging Face safetensors into the directory `out`:
+    `model.safetensors`, or `model-0000i-of-0000n.safetensors` shards of at
+    most `max_shard_size` tensor bytes ("5GB" = 5e9, "2GiB" = 2^30) with
+    `model.safetensors.index.json`. Tensor names are the FQNs (the `model.`
+    prefix dropped); `dtype` ("bf16", "f16", "f32") casts floating tensors.
+    One tensor at a time, every item checked; `out` appears whole or not at
+    all. Returns {"tensors", "bytes", "largest_tensor_bytes", "files",
+    "seconds"}."""
+    return _core.export_safetensors(_os.fspath(dir), _os.fspath(out), dtype or "",
+                                    str(max_shard_size), bool(overwrite))
+
+
+def __getattr__(name):
+    # fsdp_mlir.torch, imported on first use (it imports torch).
+    if name == "torch":
+        import importlib
+
+        return importlib.import_module(".torch", __name__)
+    raise AttributeError(f"module 'fsdp_mlir' has no attribute {name!r}")

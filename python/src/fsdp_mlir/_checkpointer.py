@@ -1,0 +1,372 @@
+"""fsdp_mlir.Checkpointer: one rank's checkpoint runtime over a plan.
+
+The buffers are the runtime's (allocate) or the caller's (bind: a torch
+tensor or any DLPack object, no copy); `tensor` views one as a torch tensor
+(DLPack, no copy). save, save_async, load, fill and check run in the C++
+runtime with the GIL released.
+"""
+
+import atexit
+import os
+import weakref
+
+from . import _core
+
+__all__ = ["Checkpointer", "SaveHandle"]
+
+_live = weakref.WeakSet()
+
+
+@atexit.register
+def _wait_for_saves():
+    # A save still running at exit finishes before the interpreter goes.
+    for checkpointer in list(_live):
+        try:
+            checkpointer._core.wait_for_pending_save()
+        except Exception:
+            pass
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is optional
+        return None
+    return torch
+
+
+class _Progress:
+    """progress=: None, a callable(done_bytes, total_bytes), or True (a tqdm
+    bar when tqdm is installed)."""
+
+    def __init__(self, progress, what):
+        self.bar = None
+        self.callback = None
+        if progress is None or progress is False:
+            return
+        if progress is True:
+            try:
+                from tqdm.auto import tqdm
+            except ImportError:
+                return
+            self._tqdm = tqdm
+            self._what = what
+            self.callback = self._update
+        elif callable(progress):
+            self.callback = progress
+        else:
+            raise TypeError("progress must be None, True or a callable(done_bytes, total_bytes)")
+
+    def _update(self, done, total):
+        if self.bar is None:
+            self.bar = self._tqdm(total=total, unit="B", unit_scale=True, desc=self._what)
+        self.bar.update(done - self.bar.n)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+class SaveHandle:
+    """A save running in the background (Checkpointer.save_async)."""
+
+    def __init__(self, handle, progress, checkpointer):
+        self._handle = handle
+        self._progress = progress
+        self._checkpointer = checkpointer  # outlives the save
+        self._result = None
+
+    def wait(self):
+        """Waits for the writes and the commit; returns this rank's stats
+        (a dict) or raises the save's error (every rank gets the same)."""
+        try:
+            if self._result is None:
+                self._result = self._handle.wait()
+            return dict(self._result)
+        finally:
+            self._progress.close()
+
+    def done(self):
+        """True once wait() will not block."""
+        return self._handle.done()
+
+    @property
+    def stall_seconds(self):
+        """How long save_async held the caller (the copy into host memory)."""
+        return self._handle.stall_seconds
+
+
+def _is_capsule(obj):
+    return type(obj).__name__ == "PyCapsule"
+
+
+class Checkpointer:
+    """One rank's checkpoint runtime over a compiled plan.
+
+    comm: None (a world of one; with world_size > 1, a rank without a
+    communicator: its buffers, tensor views and fill work, collectives do
+    not), "mpi" (MPI_COMM_WORLD), or a torch.distributed ProcessGroup (or
+    torch.distributed.group.WORLD): the checkpointer then makes a gloo group
+    of its own over the group's ranks, so the constructor is collective over
+    that group. rank and world_size, when given, must match the
+    communicator's. device: where allocate() puts the buffers ("cpu",
+    "cuda", "cuda:N"); by default the first bind decides (the host for
+    allocate).
+    """
+
+    def __init__(self, plan, rank=None, world_size=None, comm=None, *, device=None):
+        plan = os.fspath(plan)
+        self._bound = {}
+        self._detached = False
+        self._comm = None
+        if rank is not None and (not isinstance(rank, int) or rank < 0):
+            raise ValueError(f"rank must be a non-negative integer, not {rank!r}")
+        if world_size is not None and (not isinstance(world_size, int) or world_size < 1):
+            raise ValueError(f"world_size must be a positive integer, not {world_size!r}")
+        core_comm = comm
+        if comm is None:
+            self._detached = (world_size or 1) > 1
+        elif isinstance(comm, str):
+            if comm not in ("mpi", "default"):
+                raise ValueError(f"unknown communicator {comm!r} (None, \"mpi\" or a "
+                                 "torch.distributed process group)")
+            if comm == "mpi":
+                _make_mpi_global()
+        else:
+            torch = _torch()
+            if torch is None or not _is_process_group(comm):
+                raise TypeError("comm must be None, \"mpi\" or a torch.distributed "
+                                f"ProcessGroup, not {type(comm).__name__}")
+            from ._comm import TorchCommunicator
+
+            self._comm = TorchCommunicator.over(comm)
+            core_comm = self._comm
+        self._core = _core.Checkpointer(
+            plan, core_comm, -1 if rank is None else rank, -1 if world_size is None else world_size)
+        if device is not None:
+            self._core.set_device(_device_name(device))
+        _live.add(self)
+
+    # -- what the plan says ---------------------------------------------------
+    @property
+    def rank(self):
+        return self._core.rank
+
+    @property
+    def world_size(self):
+        return self._core.world_size
+
+    @property
+    def plan(self):
+        return self._core.plan
+
+    @property
+    def device(self):
+        """"cpu", "cuda:N", or None before the first allocate or bind."""
+        return self._core.device
+
+    @property
+    def buffers(self):
+        """This rank's buffers in plan order: [{"group", "role", "dtype",
+        "elements", "aliases"}] (aliases: None or "main_weight")."""
+        return self._core.buffers
+
+    # -- memory ---------------------------------------------------------------
+    def allocate(self):
+        """Runtime-owned buffers for every (group, role), zeroed, on the
+        checkpointer's device; replaces every binding."""
+        self._core.allocate()
+        self._bound.clear()
+
+    def bind(self, group, role, tensor):
+        """The caller's memory for one buffer, no copy: a torch tensor or any
+        DLPack object of the buffer's dtype, exactly its elements,
+        contiguous, on the checkpointer's device (ValueError otherwise;
+        TypeError for anything else). The object is kept alive while bound."""
+        torch = _torch()
+        exported = tensor
+        if torch is not None and isinstance(tensor, torch.Tensor):
+            _check_torch_tensor(self, group, role, tensor)
+            exported = tensor.detach()
+        elif not (hasattr(tensor, "__dlpack__") or _is_capsule(tensor)):
+            raise TypeError(f"bind takes a torch tensor or a DLPack object, not "
+                            f"{type(tensor).__name__}")
+        try:
+            self._core.bind(int(group), str(role), exported)
+        except TypeError as error:
+            if "incompatible function arguments" in str(error):
+                raise TypeError(f"bind: cannot import {type(tensor).__name__} through DLPack")
+            raise
+        self._bound[(int(group), str(role))] = tensor
+
+    def tensor(self, group, role):
+        """A torch tensor over one buffer (1-D, no copy); it keeps the
+        memory alive."""
+        torch = _torch()
+        if torch is None:
+            raise ImportError("Checkpointer.tensor needs torch; dlpack(group, role) does not")
+        return torch.from_dlpack(self._core.view(int(group), str(role)))
+
+    def dlpack(self, group, role):
+        """One buffer as a DLPack-capable object (no copy)."""
+        return self._core.view(int(group), str(role))
+
+    # -- test values ----------------------------------------------------------
+    def fill(self, seed):
+        """The deterministic test values of seed (DESIGN §4.1) in every buffer."""
+        self._sync_device()
+        self._core.fill(_seed(seed))
+
+    def check(self, seed):
+        """Raises CheckpointError on the first element that differs from
+        seed's value (collective: every rank gets the first failure)."""
+        self._collective("check")
+        self._sync_device()
+        self._core.check(_seed(seed))
+
+    # -- save and load --------------------------------------------------------
+    def save(self, dir, overwrite=False, step=1.0, *, progress=None, threads=0,
+             buffered_io=False):
+        """Saves every rank's buffers into `dir` (collective); returns this
+        rank's stats: {"rank", "bytes", "items", "seconds", "stall_seconds",
+        "bytes_read_storage", "bytes_written_storage", "bytes_from_peers"}."""
+        self._collective("save")
+        self._sync_device()
+        bar = _Progress(progress, "save")
+        try:
+            return self._core.save(os.fspath(dir), bool(overwrite), float(step), int(threads),
+                                   bool(buffered_io), bar.callback)
+        finally:
+            bar.close()
+
+    def save_async(self, dir, overwrite=False, step=1.0, *, progress=None, threads=0,
+                   buffered_io=False):
+        """Starts a save and returns once every byte it saves is copied to
+        host memory (the buffers may change from then on); the writes and
+        the commit run in the background. Returns a SaveHandle: wait()."""
+        self._collective("save_async")
+        self._sync_device()
+        bar = _Progress(progress, "save")
+        try:
+            handle = self._core.save_async(os.fspath(dir), bool(overwrite), float(step),
+                                           int(threads), bool(buffered_io), bar.callback)
+        except BaseException:
+            bar.close()
+            raise
+        return SaveHandle(handle, bar, self)
+
+    def load(self, dir, sync_model_weights=True, *, progress=None, threads=0,
+             verify_checksums=True):
+        """Loads `dir` (any DCP checkpoint, any saved layout) into this
+        plan's layout (collective); returns this rank's stats and "step"
+        (the optimizer step found, or None)."""
+        self._collective("load")
+        self._sync_device()
+        bar = _Progress(progress, "load")
+        try:
+            result = self._core.load(os.fspath(dir), bool(sync_model_weights), int(threads),
+                                     bool(verify_checksums), bar.callback)
+        finally:
+            bar.close()
+        self._sync_device()
+        return result
+
+    def reserve_snapshot(self):
+        """Reserves the async save's host snapshot now (else the first
+        save_async does)."""
+        self._core.reserve_snapshot()
+
+    def wait(self):
+        """Waits for a save still running in the background."""
+        self._core.wait_for_pending_save()
+
+    # -- helpers --------------------------------------------------------------
+    def _collective(self, what):
+        if self._detached:
+            raise ValueError(
+                f"{what}: rank {self.rank} of {self.world_size} has no communicator (comm=None): "
+                "pass comm=\"mpi\" or a torch.distributed process group")
+
+    def _sync_device(self):
+        # The runtime's copies run on its own CUDA streams: the caller's
+        # kernels on its tensors finish first.
+        device = self._core.device
+        if device and device.startswith("cuda"):
+            torch = _torch()
+            if torch is not None and torch.cuda.is_available():
+                torch.cuda.synchronize(device)
+
+    def __repr__(self):
+        return (f"fsdp_mlir.Checkpointer(plan={self.plan!r}, rank={self.rank}, "
+                f"world_size={self.world_size}, device={self.device!r})")
+
+
+def _seed(seed):
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31:
+        raise ValueError(f"seed must be an integer in [0, 2^31), not {seed!r}")
+    return seed
+
+
+def _device_name(device):
+    text = str(device)
+    if text not in ("cpu", "cuda") and not text.startswith("cuda:"):
+        raise ValueError(f"device must be cpu, cuda or cuda:N, not {device!r}")
+    return text
+
+
+def _is_process_group(obj):
+    try:
+        import torch.distributed as dist
+    except ImportError:  # pragma: no cover
+        return False
+    if not dist.is_available():
+        return False
+    return isinstance(obj, dist.ProcessGroup) or obj is dist.group.WORLD
+
+
+def _check_torch_tensor(checkpointer, group, role, tensor):
+    """bind's checks with torch's words (the extension checks again)."""
+    wanted = None
+    for buffer in checkpointer.buffers:
+        if buffer["group"] == group and buffer["role"] == role:
+            wanted = buffer
+    if wanted is None:
+        return  # the extension names the missing buffer
+    name = f"group {group} {role}"
+    dtype = str(tensor.dtype).replace("torch.", "")
+    if dtype != wanted["dtype"]:
+        raise ValueError(f"{name} holds {wanted['dtype']}, not {dtype}")
+    if tensor.numel() != wanted["elements"]:
+        raise ValueError(f"{name} has {wanted['elements']} elements, not {tensor.numel()}")
+    if not tensor.is_contiguous():
+        raise ValueError(f"{name}: the tensor is not contiguous")
+    if tensor.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"{name}: tensors on {tensor.device} are not supported (cpu or cuda)")
+    if tensor.device.type == "cuda" and not _core.cuda_built:
+        raise ValueError(f"{name}: a CUDA tensor needs CUDA, and this build of fsdp_mlir has "
+                         "none (the runtime was built without a CUDA toolkit): bind CPU tensors")
+
+
+_mpi_global = False
+
+
+def _make_mpi_global():
+    """Open MPI loads its plugins expecting libmpi's symbols to be global;
+    a Python extension's libraries are loaded local. Reload libmpi global
+    (once) before MPI is initialized."""
+    global _mpi_global
+    if _mpi_global or not _core.mpi_built:
+        return
+    _mpi_global = True
+    import ctypes
+    import ctypes.util
+
+    for name in ("libmpi.so.40", "libmpi.so.12", ctypes.util.find_library("mpi")):
+        if not name:
+            continue
+        try:
+            ctypes.CDLL(name, mode=ctypes.RTLD_GLOBAL)
+            return
+        except OSError:
+            continue
