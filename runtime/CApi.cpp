@@ -4,6 +4,7 @@
 // an error into its kind's code and one line in the caller's buffer.
 //
 //===----------------------------------------------------------------------===//
+#include "fsdp/Runtime/CHandle.h"
 #include "fsdp/Runtime/Checkpointer.h"
 #include "fsdp/Runtime/fsdp_runtime.h"
 
@@ -78,6 +79,12 @@ int openWith(const char *planPath, int allocate, Result<std::unique_ptr<Communic
 }
 
 } // namespace
+
+fsdp_checkpointer *fsdp::runtime::toCHandle(std::unique_ptr<Checkpointer> checkpointer) {
+  if (!checkpointer)
+    return nullptr;
+  return new (std::nothrow) fsdp_checkpointer{std::move(checkpointer), nullptr};
+}
 
 extern "C" {
 

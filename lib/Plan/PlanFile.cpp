@@ -375,26 +375,15 @@ std::string planFileName(int64_t rank) { return "rank-" + std::to_string(rank) +
 
 Result<uint64_t> writeSplitPlanFiles(const ModelLayout &model, const std::string &dir,
                                      std::vector<int64_t> ranks, uint64_t maxFileBytes) {
-  Result<std::vector<int64_t>> normalized = normalizeRanks(model, std::move(ranks));
-  if (!normalized)
-    return normalized.failure();
-  Result<CheckpointPlanner> planner = CheckpointPlanner::create(model);
-  if (!planner)
-    return planner.failure();
   if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
     return makeError(dir + ": cannot create: " + std::strerror(errno));
-  uint64_t total = 0;
-  for (int64_t rank : *normalized) {
-    Result<std::string> bytes =
-        serializePlan(model, *planner, {rank}, rank == kCommitRank, kCommitRank, maxFileBytes);
-    if (!bytes)
-      return bytes.failure();
+  auto write = [&](int64_t rank, const std::string &bytes) -> Status {
     std::string path = dir + "/" + planFileName(rank);
     int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
       return makeError(path + ": cannot create: " + std::strerror(errno));
-    const char *cursor = bytes->data();
-    size_t left = bytes->size();
+    const char *cursor = bytes.data();
+    size_t left = bytes.size();
     while (left > 0) {
       ssize_t wrote = ::write(fd, cursor, left);
       if (wrote < 0 && errno == EINTR)
@@ -409,6 +398,29 @@ Result<uint64_t> writeSplitPlanFiles(const ModelLayout &model, const std::string
     }
     if (::close(fd) != 0)
       return makeError(path + ": close failed: " + std::strerror(errno));
+    return Status::success();
+  };
+  return forEachSplitPlanFile(model, std::move(ranks), write, maxFileBytes);
+}
+
+Result<uint64_t>
+forEachSplitPlanFile(const ModelLayout &model, std::vector<int64_t> ranks,
+                     const std::function<Status(int64_t rank, const std::string &bytes)> &sink,
+                     uint64_t maxFileBytes) {
+  Result<std::vector<int64_t>> normalized = normalizeRanks(model, std::move(ranks));
+  if (!normalized)
+    return normalized.failure();
+  Result<CheckpointPlanner> planner = CheckpointPlanner::create(model);
+  if (!planner)
+    return planner.failure();
+  uint64_t total = 0;
+  for (int64_t rank : *normalized) {
+    Result<std::string> bytes =
+        serializePlan(model, *planner, {rank}, rank == kCommitRank, kCommitRank, maxFileBytes);
+    if (!bytes)
+      return bytes.failure();
+    if (Status status = sink(rank, *bytes); !status)
+      return status.failure();
     total += bytes->size();
   }
   return total;

@@ -4,6 +4,7 @@
 #include "fsdp/Dialect/FSDP/Transforms/Passes.h"
 #include "fsdp/Import/ModelJSON.h"
 #include "fsdp/Target/CheckpointPlan.h"
+#include "fsdp/Target/Cpp.h"
 #include "fsdp/Target/LayoutJSON.h"
 #include "fsdp/Target/LayoutSVG.h"
 
@@ -23,6 +24,7 @@ void fsdp::registerFSDPToolPasses() {
 void fsdp::registerFSDPToolTranslations() {
   registerImportModelJSONTranslation();
   registerToCheckpointPlanTranslation();
+  registerToCppTranslation();
   registerToLayoutJSONTranslation();
   registerToLayoutSVGTranslation();
 }

@@ -11,6 +11,7 @@
 
 #include "fsdp/Plan/CheckpointPlan.h"
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -49,6 +50,16 @@ Result<uint64_t> writeSplitPlanFiles(const ModelLayout &model, const std::string
                                      std::vector<int64_t> ranks = {},
                                      uint64_t maxFileBytes = kMaxPlanFileBytes);
 std::string planFileName(int64_t rank);
+
+/// The files writeSplitPlanFiles would write, handed to `sink` one at a time
+/// in rank order (the committing rank's with the global part), for writers
+/// that put them elsewhere: fsdp-translate --emit-cpp embeds them. Only one
+/// file is in memory at a time. Returns the number of bytes handed over; the
+/// first error of the planner or of `sink` stops it.
+Result<uint64_t>
+forEachSplitPlanFile(const ModelLayout &model, std::vector<int64_t> ranks,
+                     const std::function<Status(int64_t rank, const std::string &bytes)> &sink,
+                     uint64_t maxFileBytes = kMaxPlanFileBytes);
 
 struct PlanGroupInfo {
   std::string unit;
