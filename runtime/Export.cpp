@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdio>
 #include <new>
+#include <set>
 
 namespace fsdp {
 namespace runtime {
@@ -32,6 +33,31 @@ uint64_t elementCount(const dcp::Dims &shape) {
   return count;
 }
 
+/// A tensor's bytes in `dtype`, or nothing when a dimension is negative or
+/// the product overflows (a hostile `.metadata`).
+std::optional<uint64_t> tensorBytes(const dcp::Dims &shape, dcp::DType dtype) {
+  uint64_t bytes = dcp::dtypeInfo(dtype).elementSize;
+  for (int64_t size : shape)
+    if (size < 0 || __builtin_mul_overflow(bytes, static_cast<uint64_t>(size), &bytes))
+      return std::nullopt;
+  return bytes;
+}
+
+/// The bytes of every data file `.metadata` names: no tensor assembled from
+/// them can be larger, so nothing larger is allocated.
+uint64_t dataFileBytes(CheckpointReader &reader, Storage &storage) {
+  std::set<std::string> names;
+  for (const auto &[index, info] : reader.metadata().storageData)
+    if (info.relativePath.find('/') == std::string::npos && info.relativePath != ".." &&
+        info.relativePath != ".")
+      names.insert(info.relativePath);
+  uint64_t total = 0;
+  for (const std::string &name : names)
+    if (Result<std::unique_ptr<zip::ByteSource>> file = storage.openRead(reader.pathOf(name)))
+      total += (*file)->size();
+  return total;
+}
+
 /// A tensor of the checkpoint, as it goes out.
 struct Exported {
   std::string key;  // in the checkpoint
@@ -49,7 +75,8 @@ std::string shardName(size_t index, size_t count) {
 }
 
 /// The tensors to export, in the checkpoint's key order.
-Result<std::vector<Exported>> selectTensors(CheckpointReader &reader, const ExportOptions &options) {
+Result<std::vector<Exported>> selectTensors(CheckpointReader &reader, Storage &storage,
+                                            const ExportOptions &options) {
   std::vector<std::string> keys;
   bool anyModel = false;
   for (const auto &[key, storage] : reader.metadata().stateDictMetadata)
@@ -66,10 +93,17 @@ Result<std::vector<Exported>> selectTensors(CheckpointReader &reader, const Expo
     return makeError(printable(reader.dir()) + " holds no model tensors to export",
                      ErrorKind::Incompatible);
   std::vector<Exported> tensors;
+  uint64_t available = dataFileBytes(reader, storage);
   for (const std::string &key : keys) {
     std::optional<KeyInfo> saved = reader.keyInfo(key);
     if (!saved)
       return makeError(key + ": missing in " + reader.pathOf(".metadata"), ErrorKind::Corrupt);
+    std::optional<uint64_t> savedBytes = tensorBytes(saved->shape, saved->dtype);
+    if (!savedBytes || *savedBytes > available)
+      return makeError(printable(key) + ": " + reader.pathOf(".metadata") + " gives it shape " +
+                           dimsText(saved->shape) + ", more than the " +
+                           std::to_string(available) + " bytes of the checkpoint's data files",
+                       ErrorKind::Corrupt);
     Exported tensor{key, *saved, {}, 0};
     tensor.spec.name = anyModel ? key.substr(sizeof(kModelPrefix) - 1) : key;
     tensor.spec.dtype = options.dtype && isFloating(saved->dtype) ? *options.dtype : saved->dtype;
@@ -233,7 +267,7 @@ Result<ExportResult> exportSafetensors(const std::string &dir, const std::string
       CheckpointReader::open(dir, storage, readerOptions);
   if (!reader)
     return reader.failure();
-  Result<std::vector<Exported>> tensors = selectTensors(**reader, options);
+  Result<std::vector<Exported>> tensors = selectTensors(**reader, storage, options);
   if (!tensors)
     return tensors.failure();
   std::vector<std::vector<size_t>> shards = cutShards(*tensors, options.maxShardBytes);

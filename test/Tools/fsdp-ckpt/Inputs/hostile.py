@@ -19,7 +19,8 @@ A load of ours reads the chunk index `.fsdp-chunks` instead of `.metadata`
 and `.fsdp-index`, so the cases that lie there drop it (and its entry in the
 index): they test the `.metadata` path, which PyTorch's checkpoints take.
 The plain control and the `chunks_` cases keep it.
-Then `load`, `verify`, `inspect` and `inspect --json` run on it, each under a
+Then `load`, `verify`, `inspect`, `inspect --json` and `export --safetensors` run on it
+(export: the load's refusal or a result, since it reads only the model's tensors), each under a
 3 GB address-space limit, a 64 MiB output-file limit and a 10 s timeout, and
 must: not die of a signal or time out; exit with the expected code (table
 CASES below); on failure end stderr with exactly one line starting
@@ -146,7 +147,7 @@ CASES = {
     "chunks_stale":             ("ours", CORRUPT, CORRUPT, LIST, ".fsdp-chunks"),
     "chunks_fifo":              ("ours", NONREG, NONREG, LIST, ".fsdp-chunks"),
 }
-COMMANDS = ["load", "verify", "inspect", "inspect-json"]
+COMMANDS = ["load", "verify", "inspect", "inspect-json", "export"]
 TIMEOUT_S = 10
 ADDRESS_SPACE = 3 << 30
 OUTPUT_LIMIT = 64 << 20
@@ -781,6 +782,9 @@ def argv_for(args, c, base, command):
         plan = args.plan1 if base == "ours" else args.torch_plan1
         return [args.ckpt, "load", "--plan", plan, "--dir", c.dir_arg] + (
             ["--check", "3"] if base == "ours" else [])
+    if command == "export":  # into the case's out/, which it must create whole or not at all
+        return [args.ckpt, "export", c.dir_arg, "--safetensors",
+                os.path.join(c.root, "out", "safetensors")]
     return [args.ckpt, command.split("-")[0], c.dir_arg] + (
         ["--json"] if command == "inspect-json" else [])
 
@@ -898,7 +902,11 @@ def main():
         for job in [j for j in running if j.poll()]:
             running.remove(job)
             _, load, verify, inspect, substring = CASES[job.name]
-            expected = {"load": load, "verify": verify}.get(job.command, inspect)
+            # export reads only the model's tensors, through .metadata: the load's
+            # refusal, or a result (a case may lie where export does not look).
+            as_tuple = lambda e: e if isinstance(e, tuple) else (e,)
+            expected = {"load": load, "verify": verify,
+                        "export": tuple(sorted(set((OK,) + as_tuple(load))))}.get(job.command, inspect)
             results[job.name, job.command] = judge(job, expected, substring)
             job.out.close()
             job.err.close()
