@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from cache import drop_cache
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe"]
@@ -82,17 +83,6 @@ def emit(name, value, ref, ratio, unit="GB/s", vs="ceiling", **extra):
               "ref": round(ref, 3), "ratio": round(ratio, 3)}
     record.update({k: v for k, v in extra.items() if v is not None})
     print(json.dumps(record), flush=True)
-
-
-def drop_cache(paths):
-    """Evicts the files' pages (they are clean: fsynced), as a cold start."""
-    for path in paths:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
 
 
 # Reads a file into a buffer of its size (touched before the clock starts, as

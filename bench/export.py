@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from cache import drop_cache
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe"]
@@ -35,15 +36,6 @@ def emit(name, value, ref, ratio, unit, vs, **extra):
     record = {"name": name, "value": round(value, 3), "unit": unit, "vs": vs,
               "ref": round(ref, 3), "ratio": round(ratio, 3), **extra}
     print(json.dumps(record), flush=True)
-
-
-def drop_cache(paths):
-    for path in paths:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
 
 
 def data_files(ckpt):

@@ -7,7 +7,7 @@ tensors (the packed parameters and Adam moments as uneven DTensors, steps and th
 hyper-parameters). Loads are warm (each right after its save). Every load is checked against
 the test values (docs/TestValues.md) outside the clock.
 
-Prints one JSON line per figure (DESIGN §6): `vs` "fsdp-ckpt" (the C++ tool's own reported
+Prints one JSON line per figure (README.md, Benchmarks): `vs` "fsdp-ckpt" (the C++ tool's own reported
 time, process start-up excluded) or "dcp", ratio = ours / ref in GB/s, then a summary.
 Run it with a Python that has torch and fsdp_mlir (scripts/python-tests.sh's venv):
 

@@ -7,7 +7,7 @@
    and its load, a direct load into that packing, a load forcing the NCCL data
    plane (--replica-plane nccl), and async saves (one with the buffers
    overwritten as soon as it returns). Each step PASS/FAIL/SKIP.
-2. The figures of DESIGN.md section 6 (one H200 node) on the "bench" plan
+2. The one-H200 figures (docs/GPU.md, "The bars") on the "bench" plan
    (~6.44 GB on one rank), each against a reference measured in this run on
    the same bytes: save vs the disk ceiling (THREADS threads writing and
    fsyncing that byte count) and vs PyTorch DCP; load cold and warm vs the read
@@ -15,7 +15,7 @@
    posix_fadvise(DONTNEED) before both cold reads) and vs DCP; the async save's
    stall (first save, and a repeated save over it) vs a pinned device-to-host
    copy of the shard's bytes and vs DCP's async_save.
-Prints one JSON line per figure (DESIGN.md section 6), then a human summary;
+Prints one JSON line per figure (README.md, Benchmarks), then a human summary;
 writes OUT/gpu-bench.jsonl, OUT/gpu-roundtrip.jsonl and OUT/gpu-summary.txt.
 Exit status 1 if any step failed (bars missed are reported, not failures).
 
@@ -34,12 +34,14 @@ import subprocess
 import sys
 import threading
 import time
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from cache import drop_cache  # noqa: E402 (bench/cache.py)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GB = 1e9
 BLOCK = 64 << 20
 
-# Bars of DESIGN.md section 6, one H200 node.
+# The one-H200 bars (docs/GPU.md, "The bars").
 BAR_SAVE_VS_CEILING = 0.9
 BAR_LOAD_VS_CEILING = 0.9
 BAR_LOAD_VS_DCP = 3.0
@@ -137,17 +139,6 @@ def files_of(directory):
 
 def dir_bytes(directory):
     return sum(os.path.getsize(f) for f in files_of(directory))
-
-
-def drop_cache(paths):
-    """Evicts the files' pages (fsynced first, so they are clean): a cold start."""
-    for path in paths:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
 
 
 def write_ceiling(work, nbytes, threads):

@@ -31,7 +31,7 @@ def fnv1a32(key):
 
 
 def seed_value(key, i, seed):
-    """DESIGN §4.1: element i of key k for SEED, as a float."""
+    """docs/TestValues.md: element i of key k for SEED, as a float."""
     n = ((i * 7919 + seed * 104729 + fnv1a32(key)) & 0xFFFFFFFFFFFFFFFF) % 65521 - 32760
     return n / 256
 

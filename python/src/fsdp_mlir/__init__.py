@@ -1,5 +1,5 @@
 """fsdp_mlir: checkpoints of Megatron-FSDP packed buffers in PyTorch DCP
-format, from Python (DESIGN.md §4.5).
+format, from Python (python/README.md).
 
     import fsdp_mlir as fm
     plan = fm.compile("model.json", out_dir="out", mesh="dp=4", placements="shard")

@@ -214,7 +214,7 @@ class Checkpointer:
 
     # -- test values ----------------------------------------------------------
     def fill(self, seed):
-        """The deterministic test values of seed (DESIGN §4.1) in every buffer."""
+        """The deterministic test values of seed (docs/TestValues.md) in every buffer."""
         self._sync_device()
         self._core.fill(_seed(seed))
 

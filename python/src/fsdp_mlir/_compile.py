@@ -1,5 +1,5 @@
 """fsdp_mlir.compile: a model description in, a checkpoint plan out, by the
-project's tools (DESIGN §4.1): fsdp-translate --import-model-json, fsdp-opt
+project's tools (README.md): fsdp-translate --import-model-json, fsdp-opt
 --fsdp-lower-fully-shard, fsdp-translate --emit-layout-json and
 --emit-checkpoint-plan."""
 
