@@ -90,17 +90,11 @@ Result<BufferView> RankBuffers::get(int32_t group, plan::BufferRole role) const 
   return found->second;
 }
 
-uint64_t RankBuffers::totalBytes() const {
-  uint64_t total = 0;
-  for (const plan::LocalBuffer &buffer : layout_)
-    if (!buffer.aliasesMainWeight)
-      total += static_cast<uint64_t>(buffer.elements) * dcp::dtypeInfo(buffer.dtype).elementSize;
-  return total;
-}
-
-Status refreshModelWeights(const plan::RankPlan &plan, RankBuffers &buffers) {
+Status refreshModelWeights(const plan::RankPlan &plan, RankBuffers &buffers, int32_t onlyGroup) {
   for (const plan::LocalBuffer &buffer : plan.buffers) {
     if (buffer.role != plan::BufferRole::ModelWeight || buffer.aliasesMainWeight)
+      continue;
+    if (onlyGroup >= 0 && buffer.group != onlyGroup)
       continue;
     Result<BufferView> main = buffers.get(buffer.group, plan::BufferRole::MainWeight);
     if (!main)

@@ -14,6 +14,27 @@
 using namespace fsdp;
 using namespace fsdp::runtime;
 
+// The C header's numbers are the C++ enums' (converted by static_cast below).
+static_assert(FSDP_MAIN_WEIGHT == static_cast<int>(plan::BufferRole::MainWeight) &&
+                  FSDP_MODEL_WEIGHT == static_cast<int>(plan::BufferRole::ModelWeight) &&
+                  FSDP_MAIN_GRAD == static_cast<int>(plan::BufferRole::MainGrad) &&
+                  FSDP_EXP_AVG == static_cast<int>(plan::BufferRole::ExpAvg) &&
+                  FSDP_EXP_AVG_SQ == static_cast<int>(plan::BufferRole::ExpAvgSq),
+              "fsdp_runtime.h's role constants disagree with plan::BufferRole");
+static_assert(static_cast<int>(dcp::DType::Float64) == 0 &&
+                  static_cast<int>(dcp::DType::Float32) == 1 &&
+                  static_cast<int>(dcp::DType::Float16) == 2 &&
+                  static_cast<int>(dcp::DType::BFloat16) == 3,
+              "fsdp_buffer_info.dtype's documented codes disagree with dcp::DType");
+static_assert(FSDP_OK == 0 && FSDP_ERROR_FAILED == errorKindExitCode(ErrorKind::Internal) &&
+                  FSDP_ERROR_INVALID_ARGUMENT == errorKindExitCode(ErrorKind::InvalidArgument) &&
+                  FSDP_ERROR_NOT_FOUND == errorKindExitCode(ErrorKind::NotFound) &&
+                  FSDP_ERROR_CORRUPT == errorKindExitCode(ErrorKind::Corrupt) &&
+                  FSDP_ERROR_INCOMPATIBLE == errorKindExitCode(ErrorKind::Incompatible) &&
+                  FSDP_ERROR_IO == errorKindExitCode(ErrorKind::IO) &&
+                  FSDP_ERROR_BUSY == errorKindExitCode(ErrorKind::Busy),
+              "fsdp_runtime.h's error codes disagree with errorKindExitCode");
+
 struct fsdp_checkpointer {
   std::unique_ptr<Checkpointer> runtime;
   std::shared_ptr<PendingSave> pending; // the save in the background, until waited for

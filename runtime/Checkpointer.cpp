@@ -3,6 +3,7 @@
 #include "SaveSnapshot.h"
 #include "fsdp/Runtime/Protocol.h"
 
+#include <algorithm>
 #include <chrono>
 #include <new>
 #include <sys/stat.h>
@@ -267,6 +268,22 @@ Status Checkpointer::fill(uint32_t seed) {
   if (!held)
     return held.failure();
   return fillFromSeed(plan_, **held, seed);
+}
+
+Status Checkpointer::refreshModelWeights(int32_t group) {
+  if (group >= 0 && std::none_of(plan_.buffers.begin(), plan_.buffers.end(),
+                                 [&](const plan::LocalBuffer &buffer) {
+                                   return buffer.group == group &&
+                                          buffer.role == plan::BufferRole::ModelWeight &&
+                                          !buffer.aliasesMainWeight;
+                                 }))
+    return makeError("group " + std::to_string(group) +
+                     " has no model_weight of its own on this rank to refresh",
+                     ErrorKind::InvalidArgument);
+  Result<RankBuffers *> held = buffers();
+  if (!held)
+    return held.failure();
+  return runtime::refreshModelWeights(plan_, **held, group);
 }
 
 Status Checkpointer::check(uint32_t seed) {

@@ -4,7 +4,7 @@
 #include "Parallel.h"
 #include "RuntimeSupport.h"
 #include "fsdp/Format/Safetensors.h"
-#include "fsdp/Runtime/Values.h"
+#include "fsdp/Runtime/Cast.h"
 
 #include <nlohmann/json.hpp>
 

@@ -7,7 +7,6 @@
 #include "fsdp/Runtime/CheckpointReader.h"
 #include "fsdp/Runtime/DataPlane.h"
 #include "fsdp/Runtime/Protocol.h"
-#include "fsdp/Runtime/Values.h"
 #include "fsdp/Support/Printable.h"
 
 #include <algorithm>

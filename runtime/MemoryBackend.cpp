@@ -1,5 +1,6 @@
 //===- MemoryBackend.cpp - Host memory and a simulated device -------------===//
 #include "fsdp/Runtime/MemoryBackend.h"
+#include "fsdp/Runtime/Cast.h"
 #include "fsdp/Runtime/Values.h"
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-//===- Values.cpp - Deterministic test values and dtype casts -------------===//
+//===- Values.cpp - Deterministic test values -----------------------------===//
 //
 // The test value generator walks the residue r = S mod 65521 of
 // S = i * 7919 + SEED * 104729 + fnv1a32(k) incrementally (r += 7919, minus
@@ -13,6 +13,9 @@
 //
 //===----------------------------------------------------------------------===//
 #include "fsdp/Runtime/Values.h"
+#include "fsdp/Runtime/Cast.h"
+
+#include "ElementBits.h"
 
 #include <charconv>
 #include <cstring>
@@ -24,59 +27,13 @@ namespace runtime {
 
 namespace {
 
-constexpr uint64_t kIndexMul = 7919;
-constexpr uint64_t kSeedMul = 104729;
-constexpr uint32_t kModulus = 65521;
-constexpr int32_t kBias = 32760;
+// The formula's constants, shared with the device's fill and check.
+constexpr uint64_t kIndexMul = elementbits::kTestValueIndexMul;
+constexpr uint64_t kSeedMul = elementbits::kTestValueSeedMul;
+constexpr uint32_t kModulus = elementbits::kTestValueModulus;
+constexpr int32_t kBias = elementbits::kTestValueBias;
 
-inline uint32_t floatBits(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, sizeof bits);
-  return bits;
-}
-
-inline float bitsFloat(uint32_t bits) {
-  float value;
-  std::memcpy(&value, &bits, sizeof value);
-  return value;
-}
-
-inline uint16_t toBFloat16(float value) {
-  uint32_t bits = floatBits(value);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) // NaN: keep sign and top payload, make it quiet
-    return static_cast<uint16_t>((bits >> 16) | 0x0040u);
-  // Round to nearest even: add just under half an ulp, plus one when the
-  // kept lsb is odd. Overflow carries into the exponent, up to infinity.
-  bits += 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>(bits >> 16);
-}
-
-inline uint16_t toHalf(float value) {
-  uint32_t bits = floatBits(value);
-  uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
-  uint32_t mag = bits & 0x7fffffffu;
-  if (mag > 0x7f800000u) // NaN: keep the top 10 payload bits, set the quiet bit
-    return static_cast<uint16_t>(sign | 0x7e00u | ((mag >> 13) & 0x3ffu));
-  if (mag >= 0x477ff000u) // >= 65520 = 65504 + half an ulp (ties go to even: inf)
-    return static_cast<uint16_t>(sign | 0x7c00u);
-  if (mag >= 0x38800000u) {               // >= 2^-14: normal half
-    uint32_t rebased = mag - 0x38000000u; // exponent bias 127 -> 15
-    rebased += 0xfffu + ((rebased >> 13) & 1u);
-    return static_cast<uint16_t>(sign | (rebased >> 13));
-  }
-  if (mag <= 0x33000000u) // <= 2^-25: rounds to zero (2^-25 itself ties to even 0)
-    return sign;
-  // Subnormal half: the result counts units of 2^-24.
-  uint32_t exponent = mag >> 23; // 102..112
-  uint32_t mantissa = (mag & 0x7fffffu) | 0x800000u;
-  uint32_t shift = 126 - exponent; // 14..24
-  uint32_t units = mantissa >> shift;
-  uint32_t rest = mantissa & ((1u << shift) - 1);
-  uint32_t halfway = 1u << (shift - 1);
-  if (rest > halfway || (rest == halfway && (units & 1u)))
-    ++units; // may become 0x400, the smallest normal: still the right encoding
-  return static_cast<uint16_t>(sign | units);
-}
+using elementbits::floatBits;
 
 /// toBFloat16 for values that are not NaN (test values): branch-free.
 inline uint16_t toBFloat16NotNaN(float value) {
@@ -95,22 +52,6 @@ inline uint16_t toHalfNormalOrZero(float value) {
   rebased += 0xfffu + ((rebased >> 13) & 1u);
   uint32_t half = mag ? rebased >> 13 : 0u;
   return static_cast<uint16_t>(sign | half);
-}
-
-inline float fromBFloat16(uint16_t value) { return bitsFloat(static_cast<uint32_t>(value) << 16); }
-
-inline float fromHalf(uint16_t value) {
-  uint32_t sign = static_cast<uint32_t>(value & 0x8000u) << 16;
-  uint32_t exponent = (value >> 10) & 0x1fu;
-  uint32_t mantissa = value & 0x3ffu;
-  if (exponent == 0) {
-    // Zero or subnormal: mantissa * 2^-24, exact in f32.
-    float magnitude = static_cast<float>(mantissa) * 5.9604644775390625e-8f;
-    return bitsFloat(floatBits(magnitude) | sign);
-  }
-  if (exponent == 0x1f) // infinity, NaN (payload kept)
-    return bitsFloat(sign | 0x7f800000u | (mantissa << 13));
-  return bitsFloat(sign | ((exponent + 112) << 23) | (mantissa << 13));
 }
 
 /// S mod 65521 for element `index`, with S wrapped to 64 bits.
@@ -247,13 +188,13 @@ template <typename Visit> bool visitDType(dcp::DType dtype, Visit visit) {
     visit(
         Tag<uint16_t>{},
         [](int32_t n) { return toBFloat16NotNaN(static_cast<float>(n) * (1.0f / 256)); },
-        [](uint16_t v) { return floatText(fromBFloat16(v)); });
+        [](uint16_t v) { return floatText(bfloat16ToFloat(v)); });
     return true;
   case DType::Float16:
     visit(
         Tag<uint16_t>{},
         [](int32_t n) { return toHalfNormalOrZero(static_cast<float>(n) * (1.0f / 256)); },
-        [](uint16_t v) { return floatText(fromHalf(v)); });
+        [](uint16_t v) { return floatText(halfToFloat(v)); });
     return true;
   case DType::Int64:
     visit(
@@ -304,57 +245,8 @@ template <typename Visit> bool visitDType(dcp::DType dtype, Visit visit) {
   }
 }
 
-std::string dtypeName(dcp::DType dtype) {
-  const dcp::DTypeInfo &info = dcp::dtypeInfo(dtype);
-  if (info.dtype != dtype)
-    return "#" + std::to_string(static_cast<unsigned>(dtype));
-  return info.name;
-}
-
 Error noTestValues(dcp::DType dtype) {
-  return makeError("no test values are defined for dtype " + dtypeName(dtype));
-}
-
-bool isCastable(dcp::DType dtype) {
-  return dtype == dcp::DType::Float64 || dtype == dcp::DType::Float32 ||
-         dtype == dcp::DType::BFloat16 || dtype == dcp::DType::Float16;
-}
-
-template <typename From, typename To, typename Convert>
-void castLoop(const void *in, void *out, uint64_t count, Convert convert) {
-  const unsigned char *src = static_cast<const unsigned char *>(in);
-  unsigned char *dst = static_cast<unsigned char *>(out);
-  for (uint64_t j = 0; j < count; ++j) {
-    From value;
-    std::memcpy(&value, src + j * sizeof(From), sizeof(From));
-    To result = convert(value);
-    std::memcpy(dst + j * sizeof(To), &result, sizeof(To));
-  }
-}
-
-/// Loops from `from` to a fixed destination `To` through `convert(Wide)`;
-/// reading as `Wide` is exact except f64 -> f32 (rounded to nearest even).
-template <typename Wide, typename To, typename Convert>
-bool castFrom(dcp::DType from, const void *in, void *out, uint64_t count, Convert convert) {
-  using dcp::DType;
-  switch (from) {
-  case DType::Float64:
-    castLoop<double, To>(in, out, count, [&](double v) { return convert(static_cast<Wide>(v)); });
-    return true;
-  case DType::Float32:
-    castLoop<float, To>(in, out, count, [&](float v) { return convert(static_cast<Wide>(v)); });
-    return true;
-  case DType::BFloat16:
-    castLoop<uint16_t, To>(in, out, count,
-                           [&](uint16_t v) { return convert(static_cast<Wide>(fromBFloat16(v))); });
-    return true;
-  case DType::Float16:
-    castLoop<uint16_t, To>(in, out, count,
-                           [&](uint16_t v) { return convert(static_cast<Wide>(fromHalf(v))); });
-    return true;
-  default:
-    return false;
-  }
+  return makeError("no test values are defined for dtype " + dcp::dtypeNameOrCode(dtype));
 }
 
 } // namespace
@@ -413,45 +305,6 @@ Status checkTestValues(dcp::DType dtype, uint32_t keyHash, uint64_t firstElement
     return noTestValues(dtype);
   if (!mismatch.empty())
     return makeError(std::move(mismatch));
-  return Status::success();
-}
-
-uint16_t floatToBFloat16(float value) { return toBFloat16(value); }
-uint16_t floatToHalf(float value) { return toHalf(value); }
-float bfloat16ToFloat(uint16_t value) { return fromBFloat16(value); }
-float halfToFloat(uint16_t value) { return fromHalf(value); }
-
-Status castElements(dcp::DType from, const void *in, dcp::DType to, void *out, uint64_t count) {
-  if (from == to) {
-    // Any dtype: a copy is the identity cast. memmove: in == out is fine.
-    if (count)
-      std::memmove(out, in, count * dcp::dtypeInfo(from).elementSize);
-    return Status::success();
-  }
-  if (!isCastable(from) || !isCastable(to))
-    return makeError("cannot cast " + dtypeName(from) + " to " + dtypeName(to) +
-                     ": only float64, float32, bfloat16 and float16 casts are supported");
-  // Wider sources go through f32 for the 16-bit targets, as c10::BFloat16 and
-  // c10::Half (constructed from float) do for a double tensor's .to().
-  bool ok = false;
-  switch (to) {
-  case dcp::DType::Float64:
-    ok = castFrom<double, double>(from, in, out, count, [](double v) { return v; });
-    break;
-  case dcp::DType::Float32:
-    ok = castFrom<float, float>(from, in, out, count, [](float v) { return v; });
-    break;
-  case dcp::DType::BFloat16:
-    ok = castFrom<float, uint16_t>(from, in, out, count, [](float v) { return toBFloat16(v); });
-    break;
-  case dcp::DType::Float16:
-    ok = castFrom<float, uint16_t>(from, in, out, count, [](float v) { return toHalf(v); });
-    break;
-  default:
-    break;
-  }
-  if (!ok)
-    return makeError("cannot cast " + dtypeName(from) + " to " + dtypeName(to));
   return Status::success();
 }
 

@@ -688,6 +688,13 @@ const DTypeInfo &dtypeInfo(DType dtype) {
   return kDTypes[1];
 }
 
+std::string dtypeNameOrCode(DType dtype) {
+  const DTypeInfo &info = dtypeInfo(dtype);
+  if (info.dtype != dtype)
+    return "#" + std::to_string(static_cast<unsigned>(dtype));
+  return info.name;
+}
+
 const DTypeInfo *findDType(std::string_view name) {
   if (name.substr(0, 6) == "torch.")
     name.remove_prefix(6);

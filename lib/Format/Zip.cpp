@@ -497,13 +497,6 @@ Status verifyEntryCrc(const ByteSource &source, const Entry &entry) {
 // torch.save items
 //===----------------------------------------------------------------------===//
 
-std::string makeSerializationId(uint64_t high, uint64_t low) {
-  char buf[48];
-  std::snprintf(buf, sizeof buf, "%020llu%020llu", static_cast<unsigned long long>(high),
-                static_cast<unsigned long long>(low));
-  return buf;
-}
-
 namespace {
 /// The records of a torch.save archive, in PyTorch 2.11's order; `dataBytes`
 /// < 0 means no data record (a plain object).

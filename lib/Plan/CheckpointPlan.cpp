@@ -187,7 +187,9 @@ private:
   bool hasOptimizerState(const GroupSpec &group) const {
     return group.requiresGrad && model_.optimizer.present;
   }
-  std::string stepKey(const std::string &fqn) const { return "optimizer.state." + fqn + ".step"; }
+  std::string stepKey(const std::string &fqn) const {
+    return optimizerStateKey(fqn, kStepStateName);
+  }
 
   const ModelLayout &model_;
   int64_t world_ = 1;
@@ -220,7 +222,7 @@ Result<const zip::ItemLayout *> Planner::tensorLayout(dcp::DType dtype, const dc
 
 void Planner::shardItems(size_t g, int64_t shard, std::vector<PendingItem> &out) const {
   const GroupSpec &group = model_.groups[g];
-  layout::Range range{shard * group.shardSize, (shard + 1) * group.shardSize};
+  layout::Range range = shardRange(group, shard);
   const std::vector<size_t> &order = membersByOffset_[g];
   // First member ending after the shard begins.
   auto first = std::partition_point(order.begin(), order.end(), [&](size_t m) {
@@ -262,9 +264,8 @@ void Planner::shardItems(size_t g, int64_t shard, std::vector<PendingItem> &out)
     for (size_t f = 0; f < member.fqns.size(); ++f)
       add("model." + member.fqns[f], BufferRole::MainWeight, -1, f == 0);
     if (hasOptimizerState(group)) {
-      add("optimizer.state." + member.fqns.front() + ".exp_avg", BufferRole::ExpAvg, param, true);
-      add("optimizer.state." + member.fqns.front() + ".exp_avg_sq", BufferRole::ExpAvgSq, param,
-          true);
+      for (BufferRole role : kShardedStateRoles)
+        add(optimizerStateKey(member.fqns.front(), bufferRoleName(role)), role, param, true);
     }
   }
 }
@@ -415,7 +416,7 @@ Result<RankPlan> Planner::planRank(int64_t rank) {
   plan.coords = layout::rankCoords(rank, model_.meshSizes);
   for (size_t g = 0; g < model_.groups.size(); ++g) {
     const GroupSpec &group = model_.groups[g];
-    int64_t begin = groupShards_[g]->shardOfRank[rank] * group.shardSize;
+    int64_t begin = shardRange(group, groupShards_[g]->shardOfRank[rank]).begin;
     for (const BufferSpec &buffer : group.buffers)
       plan.buffers.push_back({static_cast<int32_t>(g), buffer.role, buffer.dtype, group.shardSize,
                               begin, buffer.aliasesMainWeight});
@@ -495,8 +496,8 @@ std::vector<Planner::MetadataKey> Planner::metadataKeys() const {
   for (const GroupSpec &group : model_.groups)
     if (hasOptimizerState(group))
       for (const MemberSpec &member : group.members)
-        for (BufferRole role : {BufferRole::ExpAvg, BufferRole::ExpAvgSq})
-          keys.push_back({"optimizer.state." + member.fqns.front() + "." + bufferRoleName(role),
+        for (BufferRole role : kShardedStateRoles)
+          keys.push_back({optimizerStateKey(member.fqns.front(), bufferRoleName(role)),
                           false, group.findBuffer(role)->dtype, member.shape});
   if (model_.optimizer.present) {
     for (const std::string &fqn : model_.optimizerParams)
@@ -775,6 +776,35 @@ Result<uint64_t> CheckpointPlanner::streamGlobalMetadata(const dcp::ByteSink &si
 }
 
 std::string dataFileName(int64_t rank) { return "__" + std::to_string(rank) + "_0.distcp"; }
+
+layout::Range shardRange(const GroupSpec &group, int64_t shard) {
+  return {shard * group.shardSize, (shard + 1) * group.shardSize};
+}
+
+std::vector<int64_t> rankRangeBegins(const ModelLayout &model, const GroupSpec &group) {
+  std::vector<int64_t> begins = layout::shardIndices(model.meshSizes, group.placements);
+  for (int64_t &begin : begins)
+    begin = shardRange(group, begin).begin;
+  return begins;
+}
+
+std::vector<ShardPiece> memberPieces(const GroupSpec &group, const MemberSpec &member) {
+  std::vector<ShardPiece> pieces;
+  int64_t numel = layout::numElements(member.shape);
+  if (group.shardSize <= 0 || numel <= 0)
+    return pieces;
+  for (int64_t shard = member.offset / group.shardSize,
+               last = (member.offset + numel - 1) / group.shardSize;
+       shard <= last; ++shard)
+    if (layout::Piece piece = layout::pieceOf(member.offset, member.shape, shardRange(group, shard));
+        !piece.empty())
+      pieces.push_back({shard, piece});
+  return pieces;
+}
+
+std::string optimizerStateKey(const std::string &fqn, const char *state) {
+  return "optimizer.state." + fqn + "." + state;
+}
 
 Result<RankPlan> planRank(const ModelLayout &model, int64_t rank) {
   Result<CheckpointPlanner> planner = CheckpointPlanner::create(model);

@@ -691,6 +691,15 @@ public:
     check(status);
   }
 
+  void refreshModelWeights(int32_t group) {
+    Status status;
+    {
+      nb::gil_scoped_release release;
+      status = checkpointer_->refreshModelWeights(group);
+    }
+    check(status);
+  }
+
   void checkValues(uint32_t seed) {
     Status status;
     {
@@ -832,6 +841,7 @@ NB_MODULE(_core, m) {
       .def("view", &PyCheckpointer::view, "group"_a, "role"_a)
       .def("fill", &PyCheckpointer::fill, "seed"_a)
       .def("check", &PyCheckpointer::checkValues, "seed"_a)
+      .def("refresh_model_weights", &PyCheckpointer::refreshModelWeights, "group"_a = -1)
       .def("save", &PyCheckpointer::save, "dir"_a, "overwrite"_a = false, "step"_a = 1.0f,
            "threads"_a = 0u, "buffered_io"_a = false, "progress"_a.none() = nb::none())
       .def("save_async", &PyCheckpointer::saveAsync, "dir"_a, "overwrite"_a = false,

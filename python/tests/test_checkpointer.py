@@ -109,6 +109,9 @@ def test_aliases(tmp_path):
     ck.fill(0)
     ck.load(tmp_path / "ck")
     ck.check(4)
+    # An aliased model_weight is main_weight: nothing to refresh.
+    with pytest.raises(ValueError, match=f"group {g} has no model_weight of its own"):
+        ck.refresh_model_weights(g)
 
 
 def test_allocate_zeroed_and_tensor_is_a_view(ck):
@@ -169,6 +172,25 @@ def test_fill_values_match_the_design(plans, plan1):
     for bad in (-1, 2**31, 1.5, True):
         with pytest.raises(ValueError):
             ck.fill(bad)
+
+
+def test_refresh_model_weights(plan1):
+    """The runtime's cast (round to nearest even, overflow to inf) matches torch's .to()."""
+    ck = fm.Checkpointer(plan1)
+    ck.allocate()
+    main, model = ck.tensor(0, "main_weight"), ck.tensor(0, "model_weight")
+    assert model.dtype == torch.bfloat16
+    gen = torch.Generator().manual_seed(5)
+    values = torch.randn(main.numel(), generator=gen) * 1e3
+    values[:4] = torch.tensor([3.4e38, -float("inf"), 1.0 + 2**-8, 1.0 + 3 * 2**-8])
+    main.copy_(values)
+    ck.refresh_model_weights()
+    assert torch.equal(model.view(torch.int16), values.to(torch.bfloat16).view(torch.int16))
+    main.zero_()
+    ck.refresh_model_weights(0)
+    assert not model.any()
+    with pytest.raises(ValueError, match="group 7 has no model_weight of its own"):
+        ck.refresh_model_weights(7)
 
 
 # -- bind ---------------------------------------------------------------------

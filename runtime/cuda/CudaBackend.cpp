@@ -10,6 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "fsdp/Runtime/CudaBackend.h"
+#include "fsdp/Runtime/Cast.h"
 #include "fsdp/Runtime/Values.h"
 
 #include "Kernels.h"
@@ -29,7 +30,7 @@ namespace runtime {
 
 namespace {
 
-using cudabits::ValueType;
+using elementbits::ValueType;
 
 constexpr unsigned kStreams = 4;
 constexpr uint64_t kPinPiece = uint64_t(1) << 30; // cudaHostRegister at most 1 GiB at a time

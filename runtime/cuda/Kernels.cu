@@ -1,7 +1,7 @@
 //===- Kernels.cu - Casts and test values in device memory ----------------===//
 //
 // Grid-stride loops with 64-bit indices over the element functions of
-// DeviceBits.h (the host's integer arithmetic, bit for bit). Memory that is
+// ElementBits.h (the host's integer arithmetic, bit for bit). Memory that is
 // not aligned to its element size is read and written byte by byte.
 //
 //===----------------------------------------------------------------------===//
@@ -17,7 +17,7 @@ namespace cudakernels {
 
 namespace {
 
-using namespace cudabits;
+using namespace elementbits;
 
 constexpr unsigned kThreads = 256;
 constexpr uint64_t kMaxBlocks = 8192; // the loops stride over the rest

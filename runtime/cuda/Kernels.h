@@ -9,7 +9,7 @@
 #ifndef FSDP_RUNTIME_CUDA_KERNELS_H
 #define FSDP_RUNTIME_CUDA_KERNELS_H
 
-#include "DeviceBits.h"
+#include "../ElementBits.h"
 
 #include <cstdint>
 
@@ -17,7 +17,7 @@ namespace fsdp {
 namespace runtime {
 namespace cudakernels {
 
-using cudabits::ValueType;
+using elementbits::ValueType;
 
 /// Whether castKernel handles `from` -> `to`: any two of f64, f32, bf16,
 /// f16 (the same type too: a copy).

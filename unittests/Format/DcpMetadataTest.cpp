@@ -11,6 +11,8 @@
 
 #include "fsdp/Format/DcpMetadata.h"
 
+#include "../TestSupport.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -99,15 +101,9 @@ void writeFile(const std::string &path, const std::string &bytes) {
 
 /// Runs the Python check script; returns its exit code and output.
 std::pair<int, std::string> runPythonCheck(const std::string &args) {
-  std::string log = tempPath("python.log");
-  std::string command = std::string(FSDP_PYTHON3) + " " + FSDP_FORMAT_PYTHON_CHECK + " " +
-                        args + " > " + log + " 2>&1";
-  int status = std::system(command.c_str());
-  std::ifstream in(log);
-  std::stringstream text;
-  text << in.rdbuf();
-  std::remove(log.c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, text.str()};
+  return fsdp_test::runCapturingOutput(
+      std::string(FSDP_PYTHON3) + " " + FSDP_FORMAT_PYTHON_CHECK + " " + args,
+      tempPath("python.log"));
 }
 
 /// Assembles a protocol-4 pickle the way CPython writes one: FRAME, every

@@ -7,6 +7,8 @@
 
 #include "fsdp/Format/Pickle.h"
 
+#include "../TestSupport.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -19,12 +21,7 @@ using namespace std::string_literals;
 
 namespace {
 
-std::string fromHex(std::string_view hex) {
-  std::string out;
-  for (size_t i = 0; i + 1 < hex.size(); i += 2)
-    out.push_back(static_cast<char>(std::stoi(std::string(hex.substr(i, 2)), nullptr, 16)));
-  return out;
-}
+using fsdp_test::fromHex;
 
 std::string reprOf(std::string_view bytes) {
   auto doc = read(bytes);

@@ -8,6 +8,8 @@
 
 #include "fsdp/Format/Zip.h"
 
+#include "../TestSupport.h"
+
 #include <gtest/gtest.h>
 #include <zlib.h>
 
@@ -28,27 +30,16 @@ using dcp::DType;
 
 namespace {
 
-std::string fromHex(std::string_view hex) {
-  std::string out;
-  for (size_t i = 0; i + 1 < hex.size(); i += 2)
-    out.push_back(static_cast<char>(std::stoi(std::string(hex.substr(i, 2)), nullptr, 16)));
-  return out;
-}
+using fsdp_test::fromHex;
 
 std::string tempPath(const std::string &name) {
   return ::testing::TempDir() + "fsdp-zip-" + std::to_string(getpid()) + "-" + name;
 }
 
 std::pair<int, std::string> runPythonCheck(const std::string &args) {
-  std::string log = tempPath("python.log");
-  std::string command = std::string(FSDP_PYTHON3) + " " + FSDP_FORMAT_PYTHON_CHECK + " " + args +
-                        " > " + log + " 2>&1";
-  int status = std::system(command.c_str());
-  std::ifstream in(log);
-  std::stringstream text;
-  text << in.rdbuf();
-  std::remove(log.c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, text.str()};
+  return fsdp_test::runCapturingOutput(
+      std::string(FSDP_PYTHON3) + " " + FSDP_FORMAT_PYTHON_CHECK + " " + args,
+      tempPath("python.log"));
 }
 
 bool havePython() { return !std::string(FSDP_PYTHON3).empty(); }
@@ -231,7 +222,7 @@ TEST(ZipWriter, Zip64BeyondFourGiB) {
   ASSERT_TRUE(record);
   auto pkl = encodeTensorPickle(*record);
   ASSERT_TRUE(pkl);
-  auto planned = planTensorItem(*pkl, dataBytes, {"archive", makeSerializationId(1, 2)});
+  auto planned = planTensorItem(*pkl, dataBytes, {"archive", "0000000000000000000100000000000000000002"});
   ASSERT_TRUE(planned) << planned.error();
   ItemLayout layout = *planned;
   EXPECT_EQ(layout.dataOffset % 64, 0u);

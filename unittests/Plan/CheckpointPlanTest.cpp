@@ -183,6 +183,29 @@ TEST(CheckpointPlan, WorkedExamplePiecesPerRank) {
   checkWholePlan(model);
 }
 
+// The rank ranges and pieces the plan emitter checks against the IR's
+// `ranks` and `pieces` (test/Target/LayoutSVG/worked-example.mlir holds the
+// worked example's IR).
+TEST(CheckpointPlan, WorkedExampleRankRangesAndPiecesAreTheIRs) {
+  ModelLayout model = workedExample();
+  const GroupSpec &group = model.groups[0];
+  EXPECT_EQ(rankRangeBegins(model, group), (std::vector<int64_t>{0, 12, 24, 36}));
+  auto text = [&](size_t m) {
+    std::string out;
+    for (const ShardPiece &each : memberPieces(group, group.members[m]))
+      out += std::to_string(each.shard) + ": [" + std::to_string(each.piece.rowOffset) + ", " +
+             std::to_string(each.piece.rowOffset + each.piece.rows) + ") at " +
+             std::to_string(each.piece.localOffset) + "; ";
+    return out;
+  };
+  EXPECT_EQ(text(0), "0: [0, 4) at 0; 1: [4, 5) at 0; ");
+  EXPECT_EQ(text(1), "3: [0, 7) at 0; ");
+  EXPECT_EQ(text(2), "1: [0, 1) at 8; 2: [1, 4) at 0; ");
+  // HSDP: two shards of 24, each held by one rank of each replica.
+  ModelLayout hsdp = workedExample({2, 2}, {layout::Placement::Replicate, layout::Placement::Shard});
+  EXPECT_EQ(rankRangeBegins(hsdp, hsdp.groups[0]), (std::vector<int64_t>{0, 24, 0, 24}));
+}
+
 TEST(CheckpointPlan, GlobalMetadataHasEveryKey) {
   ModelLayout model = workedExample();
   Result<dcp::Metadata> metadata = planGlobalMetadata(model);

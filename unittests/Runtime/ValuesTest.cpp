@@ -8,6 +8,10 @@
 //===----------------------------------------------------------------------===//
 
 #include "fsdp/Runtime/Values.h"
+#include "fsdp/Runtime/Cast.h"
+
+#include "../TestSupport.h"
+#include "SlowFloat.h"
 
 #include <gtest/gtest.h>
 
@@ -27,20 +31,12 @@
 using namespace fsdp;
 using namespace fsdp::runtime;
 using dcp::DType;
+using namespace fsdp_test;
 
 namespace {
 
-uint32_t bitsOf(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, 4);
-  return bits;
-}
-
-float floatOf(uint32_t bits) {
-  float value;
-  std::memcpy(&value, &bits, 4);
-  return value;
-}
+using fsdp_test::bitsOf;
+using fsdp_test::floatOf;
 
 const DType kSupported[] = {DType::Float64, DType::Float32, DType::BFloat16, DType::Float16,
                             DType::Int64,   DType::Int32,   DType::Int16,    DType::Int8,
@@ -51,58 +47,6 @@ const DType kUnsupported[] = {DType::Complex32,      DType::Complex64,  DType::C
                               DType::Float8E4M3FN,   DType::Float8E4M3FNUZ,
                               DType::Float8E5M2,     DType::Float8E5M2FNUZ,
                               DType::Float8E8M0FNU};
-
-//===----------------------------------------------------------------------===//
-// Slow references
-//===----------------------------------------------------------------------===//
-
-/// The value of a binary16 magnitude code (0 .. 0x7c00), 0x7c00 counting as
-/// 2^16: the next power of two past the largest finite value, which is what
-/// IEEE rounding compares against for overflow.
-double halfMagnitude(uint32_t code) {
-  uint32_t exponent = code >> 10, mantissa = code & 0x3ff;
-  if (exponent == 0)
-    return std::ldexp(static_cast<double>(mantissa), -24);
-  return std::ldexp(static_cast<double>(1024 + mantissa), static_cast<int>(exponent) - 25);
-}
-
-/// bfloat16 magnitude code (0 .. 0x7f80), 0x7f80 counting as 2^128.
-double bfloat16Magnitude(uint32_t code) {
-  uint32_t exponent = code >> 7, mantissa = code & 0x7f;
-  if (exponent == 0)
-    return std::ldexp(static_cast<double>(mantissa), -133);
-  return std::ldexp(static_cast<double>(128 + mantissa), static_cast<int>(exponent) - 134);
-}
-
-/// Rounds |x| to nearest even among the codes 0 .. infCode of a format by
-/// binary search over their values; the sign is put back as the top bit.
-/// Midpoints of neighbours are exact in double, so the comparisons are too.
-uint16_t roundSlow(float x, double (*magnitude)(uint32_t), uint32_t infCode) {
-  uint16_t sign = std::signbit(x) ? 0x8000 : 0;
-  double a = std::fabs(static_cast<double>(x));
-  if (std::isinf(x) || a >= magnitude(infCode))
-    return static_cast<uint16_t>(sign | infCode);
-  uint32_t lo = 0, hi = infCode; // magnitude(lo) <= a < magnitude(hi)
-  while (hi - lo > 1) {
-    uint32_t mid = (lo + hi) / 2;
-    if (magnitude(mid) <= a)
-      lo = mid;
-    else
-      hi = mid;
-  }
-  double midpoint = (magnitude(lo) + magnitude(hi)) / 2;
-  uint32_t code;
-  if (a < midpoint)
-    code = lo;
-  else if (a > midpoint)
-    code = hi;
-  else
-    code = (lo & 1) ? hi : lo;
-  return static_cast<uint16_t>(sign | code);
-}
-
-uint16_t halfSlow(float x) { return roundSlow(x, halfMagnitude, 0x7c00); }
-uint16_t bfloat16Slow(float x) { return roundSlow(x, bfloat16Magnitude, 0x7f80); }
 
 /// Checks one f32 -> 16-bit conversion against the slow reference; NaN must
 /// stay NaN, keep its sign and be quiet.
@@ -741,15 +685,9 @@ bool havePython() { return !std::string(FSDP_PYTHON3).empty(); }
 
 /// Runs test_values.py with `args`; returns its exit code and stdout.
 std::pair<int, std::string> runReference(const std::string &args) {
-  std::string log = ::testing::TempDir() + "fsdp-values-" + std::to_string(getpid()) + ".out";
-  std::string command = std::string(FSDP_PYTHON3) + " " + FSDP_VALUES_PYTHON + " " + args + " > " +
-                        log + " 2>&1";
-  int status = std::system(command.c_str());
-  std::ifstream in(log);
-  std::stringstream text;
-  text << in.rdbuf();
-  std::remove(log.c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, text.str()};
+  return fsdp_test::runCapturingOutput(
+      std::string(FSDP_PYTHON3) + " " + FSDP_VALUES_PYTHON + " " + args,
+      ::testing::TempDir() + "fsdp-values-" + std::to_string(getpid()) + ".out");
 }
 
 std::string hexOf(const void *data, size_t size) {

@@ -70,6 +70,8 @@ struct DTypeInfo {
 };
 
 const DTypeInfo &dtypeInfo(DType dtype);
+/// The torch name ("float32"), or "#N" for a code outside the table.
+std::string dtypeNameOrCode(DType dtype);
 /// Looks up "float32" or "torch.float32"; null if unknown.
 const DTypeInfo *findDType(std::string_view name);
 /// The dtype whose legacy storage class is `storageClass` ("FloatStorage").

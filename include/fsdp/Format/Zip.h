@@ -148,9 +148,6 @@ struct TorchSaveOptions {
   std::string serializationId = "0000000000000000000000000000000000000000";
 };
 
-/// 40 decimal digits from two numbers, in the form torch writes.
-std::string makeSerializationId(uint64_t high, uint64_t low);
-
 /// A tensor item: its data.pkl and `dataBytes` bytes of `data/0` streamed by
 /// the caller at the returned dataOffset.
 Result<ItemLayout> planTensorItem(const std::string &dataPkl, uint64_t dataBytes,

@@ -34,6 +34,15 @@ constexpr uint32_t kPlanFormatVersion = 1;
 /// Item starts are aligned so the runtime writes large aligned blocks.
 constexpr uint64_t kItemAlignment = 4096;
 
+/// The optimizer state Adam and AdamW keep per parameter, the one list of
+/// it: the two moments, sharded like the main weights and named as their
+/// buffer roles (bufferRoleName: exp_avg, exp_avg_sq), and the step count, a
+/// 0-d f32 tensor on every rank.
+inline constexpr BufferRole kShardedStateRoles[] = {BufferRole::ExpAvg, BufferRole::ExpAvgSq};
+inline constexpr const char *kStepStateName = "step";
+/// `optimizer.state.<fqn>.<state>`.
+std::string optimizerStateKey(const std::string &fqn, const char *state);
+
 enum class ItemSource : uint8_t {
   Buffer, // elements of one of the rank's group buffers
   Step,   // the optimizer step count, a 0-d f32 tensor
@@ -105,6 +114,22 @@ struct RankPlan {
 
 /// The data file a rank writes (DCP's FileSystemWriter naming).
 std::string dataFileName(int64_t rank);
+
+// Where the plans put a group's elements, as the planner computes it:
+// exposed so the plan emitter can check it against the verified IR's `ranks`
+// and `pieces` (lib/Target/CheckpointPlan).
+
+/// The elements shard `shard` of a group covers.
+layout::Range shardRange(const GroupSpec &group, int64_t shard);
+/// Where each rank's range of a group's buffers begins, by rank.
+std::vector<int64_t> rankRangeBegins(const ModelLayout &model, const GroupSpec &group);
+/// A member's part in one shard.
+struct ShardPiece {
+  int64_t shard = 0;
+  layout::Piece piece;
+};
+/// Every non-empty part of `member`, in shard order: O(shards it touches).
+std::vector<ShardPiece> memberPieces(const GroupSpec &group, const MemberSpec &member);
 
 /// Plans ranks of one model. Construction is O(world size + parameters);
 /// each planRank is then O(that rank's items) (plus its replicas' for HSDP).

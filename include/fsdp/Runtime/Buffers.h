@@ -51,7 +51,6 @@ public:
   /// The buffer, or an error naming it when the plan has none.
   Result<BufferView> get(int32_t group, plan::BufferRole role) const;
   const std::vector<plan::LocalBuffer> &layout() const { return layout_; }
-  uint64_t totalBytes() const;
   MemoryBackend &backend() const { return *backend_; }
 
 private:
@@ -62,8 +61,11 @@ private:
 };
 
 /// model_weight = main_weight cast to its dtype, for every group whose
-/// model_weight is a buffer of its own (after a load or a fill).
-Status refreshModelWeights(const plan::RankPlan &plan, RankBuffers &buffers);
+/// model_weight is a buffer of its own (after a load or a fill), or for
+/// group `onlyGroup` alone when it is not negative. The one place that
+/// casts model weights: loads, fills and the Python attach all come here.
+Status refreshModelWeights(const plan::RankPlan &plan, RankBuffers &buffers,
+                           int32_t onlyGroup = -1);
 
 } // namespace runtime
 } // namespace fsdp

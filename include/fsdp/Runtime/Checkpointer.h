@@ -131,6 +131,12 @@ public:
   Status fill(uint32_t seed);
   /// Every rank checks its pieces; one rank's mismatch fails every rank.
   Status check(uint32_t seed);
+  /// model_weight = main_weight cast to model_weight's dtype, as a load
+  /// with syncModelWeights does: in every group with a model_weight of its
+  /// own, or in `group` alone (not negative). This rank only; not
+  /// collective. An unknown group, or one without such a model_weight, is
+  /// an error.
+  Status refreshModelWeights(int32_t group = -1);
 
 private:
   Checkpointer(plan::PlanFile planFile, std::unique_ptr<Communicator> comm,

@@ -1,4 +1,4 @@
-//===- Values.h - Deterministic test values and dtype casts ----*- C++ -*-===//
+//===- Values.h - Deterministic test values --------------------*- C++ -*-===//
 //
 // `fsdp-ckpt save --fill SEED` and `load --check SEED` (docs/TestValues.md): the
 // value of element i (row-major in the global tensor; 0 for a scalar) of
@@ -7,7 +7,8 @@
 //   N = ((i * 7919 + SEED * 104729 + fnv1a32(k)) mod 65521) - 32760
 // computed in unsigned 64-bit arithmetic, then signed. Floating types hold
 // N / 256 (exact in f32/f64; bf16/f16 round to nearest even), integer types
-// hold N (wrapped modulo 2^bits for unsigned), bool holds N odd.
+// hold N (wrapped modulo 2^bits for unsigned), bool holds N odd. The dtype
+// casts a load uses are in Cast.h.
 //
 //===----------------------------------------------------------------------===//
 #ifndef FSDP_RUNTIME_VALUES_H
@@ -36,17 +37,6 @@ Status fillTestValues(dcp::DType dtype, uint32_t keyHash, uint64_t firstElement,
 /// returns an error naming the element index, found and expected values.
 Status checkTestValues(dcp::DType dtype, uint32_t keyHash, uint64_t firstElement, uint64_t count,
                        uint32_t seed, const void *data);
-
-/// f32 -> bf16 / f16 with round-to-nearest-even, as PyTorch's `.to()` does
-/// (NaN stays NaN, overflow goes to infinity).
-uint16_t floatToBFloat16(float value);
-uint16_t floatToHalf(float value);
-float bfloat16ToFloat(uint16_t value);
-float halfToFloat(uint16_t value);
-
-/// Casts `count` elements between floating dtypes (f64, f32, bf16, f16; same
-/// dtype is a copy). The model_weight refresh after a load uses it.
-Status castElements(dcp::DType from, const void *in, dcp::DType to, void *out, uint64_t count);
 
 } // namespace runtime
 } // namespace fsdp

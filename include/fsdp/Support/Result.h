@@ -53,7 +53,7 @@ inline const char *errorKindName(ErrorKind kind) {
 /// The exit code of the tools (and the C API's return code) for a kind:
 /// 1 failed (anything else), 2 invalid argument, 3 not found, 4 corrupt,
 /// 5 incompatible, 6 I/O error, 7 busy.
-inline int errorKindExitCode(ErrorKind kind) {
+constexpr int errorKindExitCode(ErrorKind kind) {
   switch (kind) {
   case ErrorKind::InvalidArgument:
     return 2;

@@ -17,7 +17,6 @@
 #include "mlir/IR/Verifier.h"
 #include "mlir/Tools/mlir-translate/Translation.h"
 #include "llvm/ADT/StringExtras.h"
-#include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/SourceMgr.h"
@@ -136,25 +135,11 @@ FailureOr<Type> ModelImporter::parseDType(const json::Value &value, StringRef pa
   std::optional<StringRef> text = value.getAsString();
   if (!text)
     return fail(path, "expected a dtype string");
-  StringRef name = *text;
-  name.consume_front("torch.");
-  MLIRContext *ctx = context;
-  Type type = llvm::StringSwitch<Type>(name)
-                  .Cases({"f64", "float64", "double"}, Float64Type::get(ctx))
-                  .Cases({"f32", "float32", "float"}, Float32Type::get(ctx))
-                  .Cases({"bf16", "bfloat16"}, BFloat16Type::get(ctx))
-                  .Cases({"f16", "float16", "half"}, Float16Type::get(ctx))
-                  .Cases({"i64", "int64", "long"}, IntegerType::get(ctx, 64))
-                  .Cases({"i32", "int32", "int"}, IntegerType::get(ctx, 32))
-                  .Cases({"i16", "int16", "short"}, IntegerType::get(ctx, 16))
-                  .Cases({"i8", "int8"}, IntegerType::get(ctx, 8))
-                  .Cases({"u8", "uint8"}, IntegerType::get(ctx, 8, IntegerType::Unsigned))
-                  .Case("bool", IntegerType::get(ctx, 1))
-                  .Default(Type());
+  Type type = parseDTypeName(context, *text);
   if (!type)
-    return fail(path, "unknown dtype '" + *text +
-                          "' (expected one of: f64 f32 bf16 f16 i64 i32 i16 "
-                          "i8 u8 bool, or a PyTorch name such as bfloat16)");
+    return fail(path, "unknown dtype '" + *text + "' (expected one of: " +
+                          getSupportedDTypeNames(" ") +
+                          ", or a PyTorch name such as bfloat16)");
   return type;
 }
 

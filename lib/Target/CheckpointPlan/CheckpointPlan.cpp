@@ -13,33 +13,95 @@ using namespace mlir;
 using namespace fsdp;
 
 static FailureOr<dcp::DType> toDType(Location loc, Type type) {
-  StringRef name = getDTypeName(type);
-  static const std::pair<StringRef, dcp::DType> kDTypes[] = {
-      {"f64", dcp::DType::Float64}, {"f32", dcp::DType::Float32},
-      {"bf16", dcp::DType::BFloat16}, {"f16", dcp::DType::Float16},
-      {"i64", dcp::DType::Int64},   {"i32", dcp::DType::Int32},
-      {"i16", dcp::DType::Int16},   {"i8", dcp::DType::Int8},
-      {"u8", dcp::DType::UInt8},    {"bool", dcp::DType::Bool}};
-  for (auto [dtypeName, dtype] : kDTypes)
-    if (dtypeName == name)
-      return dtype;
+  if (std::optional<dcp::DType> dtype = getCheckpointDType(type))
+    return *dtype;
   return emitError(loc) << "no checkpoint dtype for " << type;
 }
 
+// The IR's buffer roles (FSDP_BufferRole in FSDPBase.td) and the plan's
+// (plan::BufferRole, which ModelLayout.h ties to the C header's
+// fsdp_buffer_role) are one list with one numbering: a role added,
+// removed or renumbered on one side only fails to build here.
+#define FSDP_SAME_BUFFER_ROLE(Name)                                                      \
+  static_assert(static_cast<unsigned>(BufferRole::Name) ==                               \
+                    static_cast<unsigned>(plan::BufferRole::Name),                       \
+                "fsdp::BufferRole::" #Name " and plan::BufferRole::" #Name " differ")
+FSDP_SAME_BUFFER_ROLE(MainWeight);
+FSDP_SAME_BUFFER_ROLE(ModelWeight);
+FSDP_SAME_BUFFER_ROLE(MainGrad);
+FSDP_SAME_BUFFER_ROLE(ExpAvg);
+FSDP_SAME_BUFFER_ROLE(ExpAvgSq);
+#undef FSDP_SAME_BUFFER_ROLE
+static_assert(getMaxEnumValForBufferRole() ==
+                  static_cast<unsigned>(plan::BufferRole::ExpAvgSq),
+              "the IR has a buffer role the plan lacks: add it to plan::BufferRole");
+
+/// The same role in the plan's terms: the same number (checked above).
 static plan::BufferRole toRole(BufferRole role) {
-  switch (role) {
-  case BufferRole::MainWeight:
-    return plan::BufferRole::MainWeight;
-  case BufferRole::ModelWeight:
-    return plan::BufferRole::ModelWeight;
-  case BufferRole::MainGrad:
-    return plan::BufferRole::MainGrad;
-  case BufferRole::ExpAvg:
-    return plan::BufferRole::ExpAvg;
-  case BufferRole::ExpAvgSq:
-    return plan::BufferRole::ExpAvgSq;
+  return static_cast<plan::BufferRole>(static_cast<unsigned>(role));
+}
+
+/// "[0: [0, 4) at 0, 1: [4, 5) at 0]", as the IR prints pieces.
+template <typename Range, typename Fn>
+static std::string piecesText(const Range &pieces, Fn toPiece) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << "[";
+  bool first = true;
+  for (const auto &each : pieces) {
+    MemberOp::Piece piece = toPiece(each);
+    os << (first ? "" : ", ") << piece.shard << ": [" << piece.rowBegin << ", " << piece.rowEnd
+       << ") at " << piece.localOffset;
+    first = false;
   }
-  return plan::BufferRole::MainWeight;
+  os << "]";
+  return text;
+}
+
+/// The plans place every element where the verified IR says. The planner
+/// works from offsets and shapes (plan::ModelLayout carries no pieces), so
+/// this is the stated check that its rank ranges and pieces are the IR's
+/// `ranks` and `pieces`, which the verifier has checked against the layout
+/// library. Verified IR always passes; a planner or verifier that drifts
+/// apart fails here rather than writing checkpoints elsewhere than the IR
+/// says. O(world size + pieces) per group.
+static LogicalResult checkPlanAgreesWithIR(ArrayRef<ParamGroupOp> groups,
+                                           const plan::ModelLayout &layout) {
+  for (auto [index, spec] : llvm::enumerate(layout.groups)) {
+    ParamGroupOp group = groups[index];
+    std::vector<int64_t> planned = plan::rankRangeBegins(layout, spec);
+    ArrayRef<int64_t> ranks = *group.getRanks();
+    for (size_t rank = 0; rank < std::max(planned.size(), ranks.size()); ++rank)
+      if (rank >= planned.size() || rank >= ranks.size() || planned[rank] != ranks[rank])
+        return group.emitError()
+               << "the checkpoint planner and the IR disagree on rank " << rank
+               << "'s range of @" << group.getSymName() << ": the plan puts it at "
+               << (rank < planned.size() ? std::to_string(planned[rank]) : "no range")
+               << ", ranks at "
+               << (rank < ranks.size() ? std::to_string(ranks[rank]) : "no range");
+    size_t m = 0;
+    for (MemberOp member : group.getBody().getOps<MemberOp>()) {
+      std::vector<plan::ShardPiece> plannedPieces = plan::memberPieces(spec, spec.members[m++]);
+      SmallVector<MemberOp::Piece> pieces = member.getPieceList();
+      auto toIR = [](const plan::ShardPiece &each) {
+        return MemberOp::Piece{each.shard, each.piece.rowOffset,
+                               each.piece.rowOffset + each.piece.rows, each.piece.localOffset};
+      };
+      auto same = [&](const plan::ShardPiece &each, const MemberOp::Piece &piece) {
+        MemberOp::Piece p = toIR(each);
+        return p.shard == piece.shard && p.rowBegin == piece.rowBegin &&
+               p.rowEnd == piece.rowEnd && p.localOffset == piece.localOffset;
+      };
+      if (plannedPieces.size() != pieces.size() ||
+          !std::equal(plannedPieces.begin(), plannedPieces.end(), pieces.begin(), same))
+        return member.emitError()
+               << "the checkpoint planner and the IR disagree on member '" << member.getFQN()
+               << "': the plan saves it as pieces " << piecesText(plannedPieces, toIR)
+               << ", its pieces are "
+               << piecesText(pieces, [](const MemberOp::Piece &piece) { return piece; });
+    }
+  }
+  return success();
 }
 
 /// named_parameters() order: a module's own parameters, then its children's.
@@ -130,6 +192,8 @@ FailureOr<plan::ModelLayout> fsdp::buildModelLayout(ModelOp model) {
   }
   if (Status status = plan::checkModelLayout(layout); !status)
     return emitError(model.getLoc()) << "cannot plan: " << status.error();
+  if (failed(checkPlanAgreesWithIR(*groups, layout)))
+    return failure();
   return layout;
 }
 

@@ -81,35 +81,43 @@ RoleSpelling roleSpelling(plan::BufferRole role) {
 struct DTypeSpelling {
   const char *enumerator; // fsdp::dcp::DType::<enumerator>
   const char *element;    // the C++ element type a buffer is an array of
-  const char *brief;      // as the IR spells it, for comments
+  StringRef brief;        // the dtype's JSON name (FSDPDTypes.cpp), for comments
 };
 
-DTypeSpelling dtypeSpelling(dcp::DType dtype) {
+DTypeSpelling cppSpelling(dcp::DType dtype) {
   switch (dtype) {
   case dcp::DType::Float64:
-    return {"Float64", "double", "f64"};
+    return {"Float64", "double", ""};
   case dcp::DType::Float32:
-    return {"Float32", "float", "f32"};
+    return {"Float32", "float", ""};
   case dcp::DType::Float16:
-    return {"Float16", "uint16_t", "f16"};
+    return {"Float16", "uint16_t", ""};
   case dcp::DType::BFloat16:
-    return {"BFloat16", "uint16_t", "bf16"};
+    return {"BFloat16", "uint16_t", ""};
   case dcp::DType::Int64:
-    return {"Int64", "int64_t", "i64"};
+    return {"Int64", "int64_t", ""};
   case dcp::DType::Int32:
-    return {"Int32", "int32_t", "i32"};
+    return {"Int32", "int32_t", ""};
   case dcp::DType::Int16:
-    return {"Int16", "int16_t", "i16"};
+    return {"Int16", "int16_t", ""};
   case dcp::DType::Int8:
-    return {"Int8", "int8_t", "i8"};
+    return {"Int8", "int8_t", ""};
   case dcp::DType::UInt8:
-    return {"UInt8", "uint8_t", "u8"};
+    return {"UInt8", "uint8_t", ""};
   case dcp::DType::Bool:
-    return {"Bool", "uint8_t", "bool"};
+    return {"Bool", "uint8_t", ""};
   default:
     // Plans hold only the types above (lib/Target/CheckpointPlan).
-    return {nullptr, "unsigned char", "?"};
+    return {nullptr, "unsigned char", ""};
   }
+}
+
+DTypeSpelling dtypeSpelling(dcp::DType dtype) {
+  DTypeSpelling spelling = cppSpelling(dtype);
+  spelling.brief = getDTypeName(dtype);
+  if (spelling.brief.empty())
+    spelling.brief = "?";
+  return spelling;
 }
 
 /// Text from the model (unit names) inside a comment: printable, and never

@@ -327,6 +327,22 @@ struct Row {
 // Writer
 //===----------------------------------------------------------------------===//
 
+/// Where a group's shard band and bar sit, and which shards are labelled.
+struct BarGeometry {
+  double bandTop = 0;
+  double barTop = 0;
+  double barBottom = 0;
+  /// The width of one shard.
+  double shardPx = 0;
+  /// Shard i is held by rank i alone.
+  bool shardIsRank = true;
+  /// Every step-th shard gets a rank label and a full boundary line.
+  int64_t step = 1;
+};
+
+/// A named callout below the bar: the x of its leader and its text.
+using Callout = std::pair<double, std::string>;
+
 class SVGWriter {
 public:
   SVGWriter(ModelOp model, MeshOp mesh, const LayoutSVGOptions &options)
@@ -336,6 +352,18 @@ public:
   void write(llvm::raw_ostream &os, size_t numGroups, size_t numShown);
 
 private:
+  // The steps of writeGroup, top to bottom.
+  void writeHeading(const Group &group);
+  BarGeometry layOutBar(const Group &group) const;
+  void drawShardBand(const Group &group, const BarGeometry &geo);
+  void drawSpans(const Group &group, const BarGeometry &geo);
+  void drawShardBoundaries(const Group &group, const BarGeometry &geo);
+  void drawRankLabels(const Group &group, const BarGeometry &geo);
+  SmallVector<Callout> drawSpanLabels(const Group &group, const BarGeometry &geo);
+  std::string layOutOffsetAxis(const Group &group, const BarGeometry &geo);
+  void drawCallouts(SmallVector<Callout> callouts, const BarGeometry &geo);
+  void drawSpanTable(const Group &group);
+
   double x(const Group &group, int64_t element) const {
     if (group.size == 0)
       return kMarginX;
@@ -439,6 +467,24 @@ std::string SVGWriter::tooltip(const Group &group, const Segment &segment) const
 }
 
 void SVGWriter::writeGroup(const Group &group) {
+  writeHeading(group);
+  BarGeometry geo = layOutBar(group);
+  drawShardBand(group, geo);
+  drawSpans(group, geo);
+  drawShardBoundaries(group, geo);
+  drawRankLabels(group, geo);
+  SmallVector<Callout> callouts = drawSpanLabels(group, geo);
+  // The offsets are placed before the callouts (which go below them) but
+  // written after them.
+  std::string axisText = layOutOffsetAxis(group, geo);
+  drawCallouts(std::move(callouts), geo);
+  body << axisText;
+  drawSpanTable(group);
+}
+
+/// The group's title line (name, unit, dtype, chunk, size, shards) and the
+/// line under it (placements, mesh, buffers).
+void SVGWriter::writeHeading(const Group &group) {
   ParamGroupOp op = group.op;
   StringRef unit = op.getUnit();
   y += 16;
@@ -482,42 +528,53 @@ void SVGWriter::writeGroup(const Group &group) {
     text(kMarginX, y, "sub", subtitle);
   }
   y += 8;
+}
 
-  // Band: the ranks holding each shard.
-  double bandTop = y;
-  double barTop = bandTop + kBandHeight + 2;
-  double barBottom = barTop + kBarHeight;
-  double shardPx = group.numShards ? kBarWidth / group.numShards : kBarWidth;
-  bool shardIsRank = true;
+/// Where the band and the bar go, and how many shards apart the rank labels
+/// are: the fewest steps at which every label fits.
+BarGeometry SVGWriter::layOutBar(const Group &group) const {
+  BarGeometry geo;
+  geo.bandTop = y;
+  geo.barTop = geo.bandTop + kBandHeight + 2;
+  geo.barBottom = geo.barTop + kBarHeight;
+  geo.shardPx = group.numShards ? kBarWidth / group.numShards : kBarWidth;
+  geo.shardIsRank = true;
   for (auto [shard, ranks] : llvm::enumerate(group.shardRanks))
-    shardIsRank &= ranks.size() == 1 && ranks[0] == static_cast<int64_t>(shard);
-  int64_t step = std::max<int64_t>(1, (group.numShards + kMaxShardLabels - 1) / kMaxShardLabels);
+    geo.shardIsRank &= ranks.size() == 1 && ranks[0] == static_cast<int64_t>(shard);
+  geo.step = std::max<int64_t>(1, (group.numShards + kMaxShardLabels - 1) / kMaxShardLabels);
   // Widen the step until the shortest label of every labelled shard fits.
-  for (; step < group.numShards; ++step) {
+  for (; geo.step < group.numShards; ++geo.step) {
     bool allFit = true;
-    for (int64_t shard = 0; shard < group.numShards && allFit; shard += step)
-      allFit = monoWidth(rankLabels(shard, group.shardRanks[shard], shardIsRank).back().size(),
+    for (int64_t shard = 0; shard < group.numShards && allFit; shard += geo.step)
+      allFit = monoWidth(rankLabels(shard, group.shardRanks[shard], geo.shardIsRank).back().size(),
                          kSmallFont) +
                    4 <=
-               shardPx * std::min(step, group.numShards - shard);
+               geo.shardPx * std::min(geo.step, group.numShards - shard);
     if (allFit)
       break;
   }
+  return geo;
+}
+
+/// Band: the ranks holding each shard.
+void SVGWriter::drawShardBand(const Group &group, const BarGeometry &geo) {
   for (int64_t shard = 0; shard < group.numShards; ++shard) {
     double left = x(group, shard * group.shardSize);
     double right = x(group, (shard + 1) * group.shardSize);
-    body << "<rect x=\"" << num(left) << "\" y=\"" << num(bandTop) << "\" width=\""
+    body << "<rect x=\"" << num(left) << "\" y=\"" << num(geo.bandTop) << "\" width=\""
          << num(right - left) << "\" height=\"" << num(kBandHeight) << "\" class=\""
-         << ((shard / step) % 2 ? "band1" : "band0") << "\"><title>shard " << shard
+         << ((shard / geo.step) % 2 ? "band1" : "band0") << "\"><title>shard " << shard
          << ": elements [" << shard * group.shardSize << ", " << (shard + 1) * group.shardSize
          << ") held by " << (group.shardRanks[shard].size() == 1 ? "rank " : "ranks ");
     llvm::interleave(group.shardRanks[shard], body, ", ");
     body << "</title></rect>\n";
   }
+}
 
+void SVGWriter::drawSpans(const Group &group, const BarGeometry &geo) {
   // The bar: holes and padding first, then members, widest first so narrow
   // ones stay visible on top.
-  body << "<rect x=\"" << num(kMarginX) << "\" y=\"" << num(barTop) << "\" width=\""
+  body << "<rect x=\"" << num(kMarginX) << "\" y=\"" << num(geo.barTop) << "\" width=\""
        << num(kBarWidth) << "\" height=\"" << num(kBarHeight) << "\" class=\"bar\"/>\n";
   SmallVector<const Segment *> order;
   for (const Segment &segment : group.segments)
@@ -532,7 +589,7 @@ void SVGWriter::writeGroup(const Group &group) {
   for (const Segment *segment : order) {
     double left = x(group, segment->begin);
     double w = std::max(1.0, x(group, segment->end) - left);
-    body << "<rect x=\"" << num(left) << "\" y=\"" << num(barTop) << "\" width=\"" << num(w)
+    body << "<rect x=\"" << num(left) << "\" y=\"" << num(geo.barTop) << "\" width=\"" << num(w)
          << "\" height=\"" << num(kBarHeight) << "\" fill=\"" << fill(*segment) << "\" class=\""
          << (segment->kind == Segment::Member ? "member" : "gap") << "\"><title>"
          << escapeXML(tooltip(group, *segment)) << "</title></rect>\n";
@@ -547,12 +604,14 @@ void SVGWriter::writeGroup(const Group &group) {
     if (rows > 1 && rows <= 512 && rowPx >= 6) {
       body << "<path class=\"rows\" d=\"";
       for (int64_t row = 1; row < rows; ++row)
-        body << "M" << num(x(group, segment->begin + row * rowSize)) << " " << num(barTop + 1)
-             << "V" << num(barBottom - 1);
+        body << "M" << num(x(group, segment->begin + row * rowSize)) << " " << num(geo.barTop + 1)
+             << "V" << num(geo.barBottom - 1);
       body << "\"/>\n";
     }
   }
+}
 
+void SVGWriter::drawShardBoundaries(const Group &group, const BarGeometry &geo) {
   // Shard boundaries, under the labels (whose halo keeps them readable).
   // Between labelled shards (every step-th) the boundaries are thin and only
   // tick the bar's edges, so a dense mesh does not hide the spans.
@@ -562,36 +621,42 @@ void SVGWriter::writeGroup(const Group &group) {
       body << "<line x1=\"" << num(bx) << "\" y1=\"" << num(y1) << "\" x2=\"" << num(bx)
            << "\" y2=\"" << num(y2) << "\" class=\"" << cls << "\"/>\n";
     };
-    if (shard % step == 0 || shard == group.numShards) {
-      line(bandTop, barBottom + 6, "shard");
+    if (shard % geo.step == 0 || shard == group.numShards) {
+      line(geo.bandTop, geo.barBottom + 6, "shard");
     } else {
-      line(bandTop, barTop + 5, "shard thin");
-      line(barBottom - 5, barBottom + 3, "shard thin");
+      line(geo.bandTop, geo.barTop + 5, "shard thin");
+      line(geo.barBottom - 5, geo.barBottom + 3, "shard thin");
     }
   }
+}
 
+void SVGWriter::drawRankLabels(const Group &group, const BarGeometry &geo) {
   // Band labels: the ranks holding every step-th shard.
-  for (int64_t shard = 0; shard < group.numShards; shard += step) {
+  for (int64_t shard = 0; shard < group.numShards; shard += geo.step) {
     double left = x(group, shard * group.shardSize);
     double right = x(group, (shard + 1) * group.shardSize);
-    double available = shardPx * std::min(step, group.numShards - shard) - 4;
+    double available = geo.shardPx * std::min(geo.step, group.numShards - shard) - 4;
     std::string halo =
-        std::string("stroke=\"") + ((shard / step) % 2 ? "#dde3ea" : "#eef1f5") + "\"";
-    for (const std::string &label : rankLabels(shard, group.shardRanks[shard], shardIsRank)) {
+        std::string("stroke=\"") + ((shard / geo.step) % 2 ? "#dde3ea" : "#eef1f5") + "\"";
+    for (const std::string &label : rankLabels(shard, group.shardRanks[shard], geo.shardIsRank)) {
       if (monoWidth(label.size(), kSmallFont) > available)
         continue;
-      if (step == 1)
-        text((left + right) / 2, bandTop + 13, "rank", label, "middle", halo);
+      if (geo.step == 1)
+        text((left + right) / 2, geo.bandTop + 13, "rank", label, "middle", halo);
       else
-        text(left + 2, bandTop + 13, "rank", label, "start", halo);
+        text(left + 2, geo.bandTop + 13, "rank", label, "start", halo);
       break;
     }
   }
+}
 
+SmallVector<Callout> SVGWriter::drawSpanLabels(const Group &group, const BarGeometry &geo) {
+  ParamGroupOp op = group.op;
+  StringRef unit = op.getUnit();
   // In-bar labels: the longest name that fits at the bar font, else at the
   // small font, else the table number `#n`. A span labelled only by its
   // number, or too narrow for any label, gets a named callout below.
-  SmallVector<std::pair<double, std::string>> callouts;
+  SmallVector<Callout> callouts;
   for (const Segment &segment : group.segments) {
     double left = x(group, segment.begin);
     double right = x(group, segment.end);
@@ -667,7 +732,7 @@ void SVGWriter::writeGroup(const Group &group) {
       second = &detail;
     else if (fits(count, kSmallFont))
       second = &count;
-    double barMid = (barTop + barBottom) / 2;
+    double barMid = (geo.barTop + geo.barBottom) / 2;
     if (second) {
       text(mid, barMid - 2, inbarClass, *chosen, "middle", style);
       text(mid, barMid + 12, light ? "detail light" : "detail", *second, "middle",
@@ -676,14 +741,18 @@ void SVGWriter::writeGroup(const Group &group) {
       text(mid, barMid + 4, inbarClass, *chosen, "middle", style);
     }
   }
+  return callouts;
+}
 
+std::string SVGWriter::layOutOffsetAxis(const Group &group, const BarGeometry &geo) {
   // Element offsets below the bar: shard boundaries first, then span
-  // boundaries where they do not collide. Written after the callouts so
-  // their white halo interrupts the leaders that cross them.
+  // boundaries where they do not collide. Returned, not written: writeGroup
+  // writes them after the callouts so their white halo interrupts the
+  // leaders that cross them.
   body.flush();
   size_t axisStart = bodyText.size();
   Row axis;
-  double axisY = barBottom + 17;
+  double axisY = geo.barBottom + 17;
   auto placeOffset = [&](int64_t element, bool major) {
     std::string label = std::to_string(element);
     double lx = x(group, element);
@@ -694,13 +763,13 @@ void SVGWriter::writeGroup(const Group &group) {
       return;
     axis.used.push_back({lo, hi});
     if (!major)
-      body << "<line x1=\"" << num(lx) << "\" y1=\"" << num(barBottom) << "\" x2=\"" << num(lx)
-           << "\" y2=\"" << num(barBottom + 5) << "\" class=\"tick\"/>\n";
+      body << "<line x1=\"" << num(lx) << "\" y1=\"" << num(geo.barBottom) << "\" x2=\"" << num(lx)
+           << "\" y2=\"" << num(geo.barBottom + 5) << "\" class=\"tick\"/>\n";
     text((lo + hi) / 2, axisY, major ? "offset" : "offset minor", label, "middle");
   };
   placeOffset(0, true);
   placeOffset(group.size, true);
-  for (int64_t shard = step; shard < group.numShards; shard += step)
+  for (int64_t shard = geo.step; shard < group.numShards; shard += geo.step)
     placeOffset(shard * group.shardSize, true);
   for (const Segment &segment : group.segments)
     if (segment.begin != 0)
@@ -709,54 +778,57 @@ void SVGWriter::writeGroup(const Group &group) {
   body.flush();
   std::string axisText = bodyText.substr(axisStart);
   bodyText.resize(axisStart);
+  return axisText;
+}
 
+void SVGWriter::drawCallouts(SmallVector<Callout> callouts, const BarGeometry &geo) {
   // Callouts for narrow spans, greedily in rows; a leader never crosses a
   // label placed in a row above its own. Callouts that find no row are left
   // out (the table lists every span).
-  if (!callouts.empty()) {
-    // Spans within 2 px of each other share one callout.
-    SmallVector<std::pair<double, std::string>> merged;
-    for (auto &[cx, label] : callouts) {
-      if (!merged.empty() && cx - merged.back().first <= 2) {
-        merged.back().second += ", " + label;
-        continue;
-      }
-      merged.push_back({cx, label});
+  if (callouts.empty())
+    return;
+  // Spans within 2 px of each other share one callout.
+  SmallVector<Callout> merged;
+  for (auto &[cx, label] : callouts) {
+    if (!merged.empty() && cx - merged.back().first <= 2) {
+      merged.back().second += ", " + label;
+      continue;
     }
-    callouts = std::move(merged);
-    // Right to left, labels to the right of their leaders: a label never
-    // covers the leader of a callout further left, so rows form a staircase.
-    std::reverse(callouts.begin(), callouts.end());
-    SmallVector<Row> rows(kMaxCalloutRows);
-    double firstRowY = y + 12;
-    unsigned usedRows = 0;
-    for (auto &[cx, label] : callouts) {
-      double w = monoWidth(label.size(), kSmallFont) + 4;
-      bool leftward = cx + 3 + w > kMarginX + kBarWidth + kMarginX - 4;
-      double lo = leftward ? cx - 3 - w : cx + 2;
-      double hi = leftward ? cx - 2 : cx + 3 + w;
-      for (unsigned row = 0; row < kMaxCalloutRows; ++row) {
-        bool free = rows[row].fits(lo, hi);
-        for (unsigned above = 0; above < row && free; ++above)
-          free = rows[above].fits(cx - 0.5, cx + 0.5);
-        if (!free)
-          continue;
-        rows[row].used.push_back({lo, hi});
-        for (unsigned above = 0; above < row; ++above)
-          rows[above].used.push_back({cx - 0.5, cx + 0.5});
-        double ty = firstRowY + row * kCalloutRowHeight;
-        body << "<line x1=\"" << num(cx) << "\" y1=\"" << num(barBottom) << "\" x2=\"" << num(cx)
-             << "\" y2=\"" << num(ty - 3) << "\" class=\"leader\"/>\n";
-        text(leftward ? cx - 3 : cx + 3, ty, "callout", label, leftward ? "end" : "start");
-        usedRows = std::max(usedRows, row + 1);
-        break;
-      }
-    }
-    y = firstRowY + (usedRows ? usedRows - 1 : 0) * kCalloutRowHeight + 4;
+    merged.push_back({cx, label});
   }
+  callouts = std::move(merged);
+  // Right to left, labels to the right of their leaders: a label never
+  // covers the leader of a callout further left, so rows form a staircase.
+  std::reverse(callouts.begin(), callouts.end());
+  SmallVector<Row> rows(kMaxCalloutRows);
+  double firstRowY = y + 12;
+  unsigned usedRows = 0;
+  for (auto &[cx, label] : callouts) {
+    double w = monoWidth(label.size(), kSmallFont) + 4;
+    bool leftward = cx + 3 + w > kMarginX + kBarWidth + kMarginX - 4;
+    double lo = leftward ? cx - 3 - w : cx + 2;
+    double hi = leftward ? cx - 2 : cx + 3 + w;
+    for (unsigned row = 0; row < kMaxCalloutRows; ++row) {
+      bool free = rows[row].fits(lo, hi);
+      for (unsigned above = 0; above < row && free; ++above)
+        free = rows[above].fits(cx - 0.5, cx + 0.5);
+      if (!free)
+        continue;
+      rows[row].used.push_back({lo, hi});
+      for (unsigned above = 0; above < row; ++above)
+        rows[above].used.push_back({cx - 0.5, cx + 0.5});
+      double ty = firstRowY + row * kCalloutRowHeight;
+      body << "<line x1=\"" << num(cx) << "\" y1=\"" << num(geo.barBottom) << "\" x2=\"" << num(cx)
+           << "\" y2=\"" << num(ty - 3) << "\" class=\"leader\"/>\n";
+      text(leftward ? cx - 3 : cx + 3, ty, "callout", label, leftward ? "end" : "start");
+      usedRows = std::max(usedRows, row + 1);
+      break;
+    }
+  }
+  y = firstRowY + (usedRows ? usedRows - 1 : 0) * kCalloutRowHeight + 4;
+}
 
-  body << axisText;
-
+void SVGWriter::drawSpanTable(const Group &group) {
   // Table of spans in buffer order.
   struct Cell {
     std::string number, range, count, name, shape, pieces;

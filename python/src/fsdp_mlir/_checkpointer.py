@@ -225,6 +225,14 @@ class Checkpointer:
         self._sync_device()
         self._core.check(_seed(seed))
 
+    def refresh_model_weights(self, group=None):
+        """model_weight = main_weight cast to model_weight's dtype (round to
+        nearest even), as load(sync_model_weights=True) does: in every group
+        with a model_weight of its own, or in `group` alone. This rank only."""
+        self._sync_device()
+        self._core.refresh_model_weights(-1 if group is None else int(group))
+        self._sync_device()
+
     # -- save and load --------------------------------------------------------
     def save(self, dir, overwrite=False, step=1.0, *, progress=None, threads=0,
              buffered_io=False):

@@ -22,7 +22,8 @@ layout and the optimizer's state entries are replaced by views of them.
 
 Buffers the parameters do not lead to (`model_weight` when it does not alias `main_weight`,
 `main_grad` when no gradient is set) can be passed as `buffers={(group, role): tensor}`;
-otherwise attach allocates them (a fresh `model_weight` is cast from `main_weight`).
+otherwise attach allocates them (the runtime casts `main_weight` into a fresh `model_weight`,
+as a load does).
 """
 
 from __future__ import annotations
@@ -676,6 +677,7 @@ def attach(model: torch.nn.Module, optimizer, plan, comm=None, *, layout=None,
                              f"({len(extra)} such)")
 
     given = dict(buffers or {})
+    fresh_model_weights = []
     if optimizer is not None and any(g.requires_grad and "exp_avg" in g.roles
                                      for g in att.groups):
         _init_optimizer_state(optimizer)
@@ -695,7 +697,9 @@ def attach(model: torch.nn.Module, optimizer, plan, comm=None, *, layout=None,
         if mw is not None and mw.get("aliases") != "main_weight":
             t = given.get((g.index, "model_weight"))
             if t is None:
-                t = buf.to(g.dtype("model_weight"))  # a fresh model weight, cast from main
+                # A fresh model weight: the runtime casts main_weight into it once bound.
+                t = torch.empty(g.shard_size, dtype=g.dtype("model_weight"), device=buf.device)
+                fresh_model_weights.append(g.index)
             att.buffers[(g.index, "model_weight")] = t
         if "main_grad" in g.roles:
             t = given.get((g.index, "main_grad"))
@@ -713,6 +717,8 @@ def attach(model: torch.nn.Module, optimizer, plan, comm=None, *, layout=None,
                 att.buffers[(g.index, role)] = _state_buffer(att, g, role, given)
 
     _bind(att, fm, comm)
+    for group in fresh_model_weights:
+        att.checkpointer.refresh_model_weights(group)
     model.__dict__[_ATTR] = att
     return att.checkpointer
 

@@ -22,51 +22,6 @@ void FSDPDialect::registerAttributes() {
       >();
 }
 
-bool fsdp::isSupportedFloatType(Type type) {
-  return type.isF64() || type.isF32() || type.isBF16() || type.isF16();
-}
-
-StringRef fsdp::getDTypeName(Type type) {
-  if (type.isF64())
-    return "f64";
-  if (type.isF32())
-    return "f32";
-  if (type.isBF16())
-    return "bf16";
-  if (type.isF16())
-    return "f16";
-  if (!isSupportedElementType(type))
-    return "";
-  auto intType = llvm::cast<IntegerType>(type);
-  switch (intType.getWidth()) {
-  case 1:
-    return "bool";
-  case 8:
-    return intType.isUnsigned() ? "u8" : "i8";
-  case 16:
-    return "i16";
-  case 32:
-    return "i32";
-  default:
-    return "i64";
-  }
-}
-
-bool fsdp::isSupportedElementType(Type type) {
-  if (isSupportedFloatType(type))
-    return true;
-  auto intType = llvm::dyn_cast<IntegerType>(type);
-  if (!intType)
-    return false;
-  unsigned width = intType.getWidth();
-  if (width == 1)
-    return intType.isSignless();
-  if (width == 8 && intType.isUnsigned())
-    return true;
-  return intType.isSignless() &&
-         (width == 8 || width == 16 || width == 32 || width == 64);
-}
-
 //===----------------------------------------------------------------------===//
 // FullyShardAttr: <[replicate, shard], main_params = f32, main_grads = bf16>
 //===----------------------------------------------------------------------===//
@@ -138,18 +93,14 @@ FullyShardAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                 }() << "]";
   }
   if (!mainParams || !isSupportedFloatType(mainParams))
-    return emitError() << "fully_shard main_params must be one of f64, f32, "
-                          "bf16, f16, got "
+    return emitError() << "fully_shard main_params must be one of "
+                       << getSupportedTypesText(/*floatsOnly=*/true) << ", got "
                        << mainParams;
   if (mainGrads && !isSupportedFloatType(mainGrads))
-    return emitError() << "fully_shard main_grads must be one of f64, f32, "
-                          "bf16, f16, got "
+    return emitError() << "fully_shard main_grads must be one of "
+                       << getSupportedTypesText(/*floatsOnly=*/true) << ", got "
                        << mainGrads;
   return success();
-}
-
-unsigned FullyShardAttr::getNumShardAxes() const {
-  return llvm::count(getPlacements(), Placement::Shard);
 }
 
 //===----------------------------------------------------------------------===//

@@ -30,10 +30,6 @@ def FSDP_FullyShardAttr : FSDP_Attr<"FullyShard", "fully_shard"> {
     OptionalParameter<"::mlir::Type">:$mainGrads);
   let hasCustomAssemblyFormat = 1;
   let genVerifyDecl = 1;
-  let extraClassDeclaration = [{
-    /// Number of mesh axes this unit shards over.
-    unsigned getNumShardAxes() const;
-  }];
 }
 
 def FSDP_BufferAttr : FSDP_Attr<"Buffer", "buffer"> {

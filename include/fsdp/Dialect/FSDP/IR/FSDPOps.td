@@ -78,7 +78,9 @@ def FSDP_OptimizerOp : FSDP_Op<"optimizer", [HasParent<"ModelOp">]> {
   let description = [{
     An Adam or AdamW optimizer. Every trainable parameter carries the state
     tensors `exp_avg` and `exp_avg_sq` (of `state` dtype, sharded like the
-    main weights) and a scalar `step`. The hyper-parameters are those of
+    main weights) and a scalar `step`: the names the checkpoint planner uses
+    (`plan::kShardedStateRoles`, `plan::kStepStateName` in
+    fsdp/Plan/CheckpointPlan.h). The hyper-parameters are those of
     PyTorch's optimizer state dict and are saved with the checkpoint.
   }];
   let arguments = (ins FSDP_OptimizerKindAttr:$kind, F64Attr:$lr,
@@ -89,17 +91,6 @@ def FSDP_OptimizerOp : FSDP_Op<"optimizer", [HasParent<"ModelOp">]> {
     `weight_decay` `=` $weight_decay `,` `state` `=` $state attr-dict
   }];
   let hasVerifier = 1;
-  let extraClassDeclaration = [{
-    /// Per-parameter state tensors sharded like the main weights, of dtype
-    /// `state` (Adam and AdamW keep the same two moments).
-    static ::llvm::ArrayRef<::llvm::StringLiteral> getShardedStateNames() {
-      static constexpr ::llvm::StringLiteral names[] = {"exp_avg", "exp_avg_sq"};
-      return names;
-    }
-    /// The scalar step count PyTorch keeps per parameter: a 0-d f32 tensor,
-    /// replicated on every rank.
-    static ::llvm::StringLiteral getStepStateName() { return "step"; }
-  }];
 }
 
 def FSDP_NNModuleOp : FSDP_Op<"module", [

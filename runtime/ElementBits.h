@@ -1,18 +1,18 @@
-//===- DeviceBits.h - The element functions of the CUDA kernels -*- C++ -*-===//
+//===- ElementBits.h - Element casts and test values ------------*- C++ -*-===//
 //
-// What the kernels compute per element, as __host__ __device__ functions of
-// plain integer arithmetic: the f32 -> bf16/f16 casts (round to nearest
-// even, quiet NaNs, f16 subnormals), bf16/f16 -> f32, and the test values
-// (Values.h's formula). Kernels.cu compiles them for the device; the unit
-// tests compile the very same text for the host and compare it bit for bit
-// with runtime/Values.cpp (every f32 pattern class, every dtype), so the
-// kernels' arithmetic is checked on machines without a GPU.
+// The one definition of what a cast or a test value computes per element,
+// as plain integer arithmetic on bit patterns: f32 -> bf16/f16 (round to
+// nearest even, quiet NaNs, f16 subnormals), bf16/f16 -> f32, and the test
+// values of docs/TestValues.md. runtime/Cast.cpp (every load's cast on the
+// host) and cuda/Kernels.cu (the same casts on the device) both compile this
+// text, so host and device round alike by construction; the unit tests check
+// it against slow references that search the target format's values.
 //
 // Plain C++ when not compiled by nvcc: no CUDA header needed.
 //
 //===----------------------------------------------------------------------===//
-#ifndef FSDP_RUNTIME_CUDA_DEVICEBITS_H
-#define FSDP_RUNTIME_CUDA_DEVICEBITS_H
+#ifndef FSDP_RUNTIME_ELEMENTBITS_H
+#define FSDP_RUNTIME_ELEMENTBITS_H
 
 #include <cstdint>
 #include <cstring>
@@ -25,7 +25,7 @@
 
 namespace fsdp {
 namespace runtime {
-namespace cudabits {
+namespace elementbits {
 
 /// The element types the kernels know (a dcp::DType's kernel twin: the
 /// runtime maps one to the other; Kernels.cu stays free of the format's
@@ -147,11 +147,18 @@ FSDP_HD uint32_t fromHalf(uint16_t value) {
   return sign | ((exponent + 112) << 23) | (mantissa << 13);
 }
 
-/// Values.h's N for element `index`: S = index * 7919 + seed * 104729 +
+/// The test value formula (Values.h): S = index * 7919 + seed * 104729 +
 /// keyHash wrapped to 64 bits, N = (S mod 65521) - 32760.
+constexpr uint64_t kTestValueIndexMul = 7919;
+constexpr uint64_t kTestValueSeedMul = 104729;
+constexpr uint32_t kTestValueModulus = 65521;
+constexpr int32_t kTestValueBias = 32760;
+
+/// N for element `index`.
 FSDP_HD int32_t testValue(uint32_t keyHash, uint64_t index, uint32_t seed) {
-  uint64_t sum = index * 7919u + static_cast<uint64_t>(seed) * 104729u + keyHash;
-  return static_cast<int32_t>(sum % 65521u) - 32760;
+  uint64_t sum = index * kTestValueIndexMul + static_cast<uint64_t>(seed) * kTestValueSeedMul +
+                 keyHash;
+  return static_cast<int32_t>(sum % kTestValueModulus) - kTestValueBias;
 }
 
 /// The stored element of test value `n` for each type (the bits of floats),
@@ -214,8 +221,8 @@ template <> struct TestElement<ValueType::Bool> {
   static FSDP_HD type make(int32_t n) { return static_cast<uint8_t>(n % 2 != 0); }
 };
 
-} // namespace cudabits
+} // namespace elementbits
 } // namespace runtime
 } // namespace fsdp
 
-#endif // FSDP_RUNTIME_CUDA_DEVICEBITS_H
+#endif // FSDP_RUNTIME_ELEMENTBITS_H

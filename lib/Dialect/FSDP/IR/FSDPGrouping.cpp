@@ -1,0 +1,99 @@
+//===- FSDPGrouping.cpp - grouping analysis and the layout bridge ---------===//
+//
+// What the passes build and the verifiers check against: a unit's parameter
+// groups and a group's buffers as Megatron-FSDP forms them, and the mesh,
+// placements and shapes in the layout library's terms.
+//
+//===----------------------------------------------------------------------===//
+#include "fsdp/Dialect/FSDP/IR/FSDPOps.h"
+
+#include "llvm/ADT/DenseMap.h"
+
+using namespace mlir;
+using namespace fsdp;
+
+//===----------------------------------------------------------------------===//
+// Layout library bridge
+//===----------------------------------------------------------------------===//
+
+std::vector<int64_t> fsdp::getLayoutMeshSizes(MeshOp mesh) {
+  return std::vector<int64_t>(mesh.getShape().begin(), mesh.getShape().end());
+}
+
+std::vector<layout::Placement> fsdp::getLayoutPlacements(FullyShardAttr policy) {
+  std::vector<layout::Placement> placements;
+  for (Placement placement : policy.getPlacements())
+    placements.push_back(placement == Placement::Shard
+                             ? layout::Placement::Shard
+                             : layout::Placement::Replicate);
+  return placements;
+}
+
+std::vector<layout::Shape> fsdp::getMemberShapes(ParamGroupOp group) {
+  std::vector<layout::Shape> shapes;
+  for (MemberOp member : group.getBody().getOps<MemberOp>()) {
+    ArrayRef<int64_t> shape = member.getTensorType().getShape();
+    shapes.emplace_back(shape.begin(), shape.end());
+  }
+  return shapes;
+}
+
+//===----------------------------------------------------------------------===//
+// Grouping and buffers: one source of truth for the passes and the verifier
+//===----------------------------------------------------------------------===//
+
+/// Parameters a unit owns, in named_parameters() order.
+static void collectOwnedParams(NNModuleOp module, SmallVectorImpl<ParamOp> &out) {
+  for (ParamOp param : module.getBody().getOps<ParamOp>())
+    out.push_back(param);
+  for (NNModuleOp child : module.getBody().getOps<NNModuleOp>())
+    if (!child.getFullyShard())
+      collectOwnedParams(child, out);
+}
+
+SmallVector<UnitGroup> fsdp::computeUnitGroups(NNModuleOp unit,
+                                               const llvm::StringMap<ParamOp> &paramsByFQN) {
+  SmallVector<ParamOp> owned;
+  collectOwnedParams(unit, owned);
+  SmallVector<UnitGroup> groups;
+  llvm::DenseMap<std::pair<Type, unsigned>, size_t> groupOf;
+  llvm::DenseMap<Operation *, std::pair<size_t, size_t>> memberOf;
+  for (ParamOp param : owned) {
+    ParamOp storage = param;
+    if (std::optional<StringRef> tiedTo = param.getTiedTo())
+      if (ParamOp target = paramsByFQN.lookup(*tiedTo))
+        storage = target;
+    Type dtype = storage.getTensorType().getElementType();
+    auto key = std::make_pair(dtype, unsigned(storage.getRequiresGrad()));
+    auto [groupIt, newGroup] = groupOf.try_emplace(key, groups.size());
+    if (newGroup)
+      groups.push_back({dtype, storage.getRequiresGrad(), {}});
+    UnitGroup &group = groups[groupIt->second];
+    auto [memberIt, newMember] = memberOf.try_emplace(
+        storage.getOperation(), std::make_pair(groupIt->second, group.members.size()));
+    if (newMember)
+      group.members.push_back({storage, {}});
+    groups[memberIt->second.first].members[memberIt->second.second].fqns.push_back(param.getFQN());
+  }
+  return groups;
+}
+
+ArrayAttr fsdp::getExpectedBuffers(ParamGroupOp group, OptimizerOp optimizer) {
+  MLIRContext *context = group.getContext();
+  Type dtype = group.getDtype();
+  FullyShardAttr policy = group.getPolicy();
+  Type mainWeight = isSupportedFloatType(dtype) ? policy.getMainParams() : dtype;
+  SmallVector<Attribute> buffers = {
+      BufferAttr::get(context, BufferRole::MainWeight, mainWeight, false),
+      BufferAttr::get(context, BufferRole::ModelWeight, dtype, mainWeight == dtype)};
+  if (group.getRequiresGrad()) {
+    Type grad = policy.getMainGrads() ? policy.getMainGrads() : dtype;
+    buffers.push_back(BufferAttr::get(context, BufferRole::MainGrad, grad, false));
+    if (optimizer) {
+      Type state = optimizer.getState();
+      buffers.push_back(BufferAttr::get(context, BufferRole::ExpAvg, state, false));
+      buffers.push_back(BufferAttr::get(context, BufferRole::ExpAvgSq, state, false));
+    }
+  }
+  return ArrayAttr::get(context, buffers);
+}

@@ -1,0 +1,575 @@
+//===- FSDPVerifiers.cpp - fsdp dialect verifiers -------------------------===//
+//
+// Every op's verify() and verifyRegions(): the one place that recomputes the
+// packed layout, rank ranges and pieces to check what the passes wrote.
+//
+//===----------------------------------------------------------------------===//
+#include "fsdp/Dialect/FSDP/IR/FSDPOps.h"
+
+#include "mlir/IR/BuiltinTypes.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringSet.h"
+
+using namespace mlir;
+using namespace fsdp;
+
+/// Names of modules and parameters become FQN components.
+static LogicalResult verifyComponentName(Operation *op, StringRef kind,
+                                         StringRef name) {
+  if (name.empty())
+    return op->emitOpError() << kind << " name must not be empty";
+  if (name.contains('.'))
+    return op->emitOpError()
+           << kind << " name '" << name
+           << "' must not contain '.' (FQNs are joined with '.')";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// MeshOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult MeshOp::verify() {
+  ArrayRef<int64_t> shape = getShape();
+  if (shape.empty())
+    return emitOpError() << "mesh must have at least one axis";
+  if (getAxisNames().size() != shape.size())
+    return emitOpError() << "mesh has " << getAxisNames().size()
+                         << " axis names but " << shape.size() << " sizes";
+  llvm::StringSet<> seen;
+  for (auto [name, size] : llvm::zip(getAxisNames(), shape)) {
+    StringRef axis = llvm::cast<StringAttr>(name).getValue();
+    if (axis.empty())
+      return emitOpError() << "mesh axis name must not be empty";
+    if (!seen.insert(axis).second)
+      return emitOpError() << "duplicate mesh axis name '" << axis << "'";
+    if (size < 1)
+      return emitOpError() << "mesh axis '" << axis
+                           << "' must have a positive size, got " << size;
+  }
+  // Every rank is listed in the lowered IR: keep the world to what a job
+  // can have, and its product from overflowing.
+  constexpr int64_t kMaxRanks = int64_t(1) << 24;
+  int64_t ranks = 1;
+  for (int64_t size : shape) {
+    if (size > kMaxRanks / ranks)
+      return emitOpError() << "mesh has more than " << kMaxRanks << " ranks";
+    ranks *= size;
+  }
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// OptimizerOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult OptimizerOp::verify() {
+  double lr = getLr().convertToDouble();
+  if (!(lr >= 0.0))
+    return emitOpError() << "lr must be a non-negative number, got " << lr;
+  ArrayRef<double> betas = getBetas();
+  if (betas.size() != 2)
+    return emitOpError() << "betas must have exactly 2 values, got "
+                         << betas.size();
+  for (double beta : betas)
+    if (!(beta >= 0.0 && beta < 1.0))
+      return emitOpError() << "betas must lie in [0, 1), got " << beta;
+  double eps = getEps().convertToDouble();
+  if (!(eps >= 0.0))
+    return emitOpError() << "eps must be a non-negative number, got " << eps;
+  double weightDecay = getWeightDecay().convertToDouble();
+  if (!(weightDecay >= 0.0))
+    return emitOpError() << "weight_decay must be a non-negative number, got "
+                         << weightDecay;
+  if (!isSupportedFloatType(getState()))
+    return emitOpError() << "optimizer state dtype must be one of "
+                         << getSupportedTypesText(/*floatsOnly=*/true) << ", got "
+                         << getState();
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// NNModuleOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult NNModuleOp::verify() {
+  if (isa<ModelOp>((*this)->getParentOp())) {
+    if (!getName().empty())
+      return emitOpError() << "the root module must be named \"\", got \""
+                           << getName() << "\"";
+    return success();
+  }
+  return verifyComponentName(*this, "module", getName());
+}
+
+//===----------------------------------------------------------------------===//
+// ParamOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult ParamOp::verify() {
+  if (failed(verifyComponentName(*this, "parameter", getName())))
+    return failure();
+  RankedTensorType type = getTensorType();
+  if (type.getRank() == 0)
+    return emitOpError() << "parameter '" << getName()
+                         << "' must have at least one dimension (0-d "
+                            "parameters cannot be packed by rows)";
+  for (auto [dim, size] : llvm::enumerate(type.getShape()))
+    if (ShapedType::isDynamic(size) || size <= 0)
+      return emitOpError() << "parameter '" << getName() << "' dimension "
+                           << dim << " must be a positive static size, got "
+                           << (ShapedType::isDynamic(size)
+                                   ? std::string("?")
+                                   : std::to_string(size));
+  if (!isSupportedElementType(type.getElementType()))
+    return emitOpError() << "parameter '" << getName()
+                         << "' has unsupported element type "
+                         << type.getElementType()
+                         << " (supported: " << getSupportedTypesText(/*floatsOnly=*/false)
+                         << ")";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// ModelOp
+//===----------------------------------------------------------------------===//
+
+/// Sibling modules and parameters share one namespace: FQNs must be unique.
+static LogicalResult verifyUniqueChildNames(NNModuleOp module) {
+  llvm::StringMap<Operation *> seen;
+  for (Operation &child : module.getBody().front()) {
+    StringRef name;
+    if (auto childModule = dyn_cast<NNModuleOp>(child))
+      name = childModule.getName();
+    else if (auto param = dyn_cast<ParamOp>(child))
+      name = param.getName();
+    else
+      continue;
+    auto [it, inserted] = seen.try_emplace(name, &child);
+    if (!inserted)
+      return child.emitOpError()
+                 .append("duplicate name '", name, "' in module \"",
+                         module.getFQN(), "\"")
+                 .attachNote(it->second->getLoc())
+             << "first defined here";
+  }
+  return success();
+}
+
+/// Parameter groups name real units and parameters, and once lowered, every
+/// parameter a unit owns is in exactly one member of one of its groups.
+static LogicalResult verifyParamGroups(ModelOp model,
+                                       const llvm::StringMap<ParamOp> &params,
+                                       ArrayRef<ParamOp> paramsInOrder) {
+  auto groups = model.getBody().getOps<ParamGroupOp>();
+  if (groups.empty())
+    return success();
+  llvm::StringMap<NNModuleOp> unitsByFQN;
+  model.getRootModule().walk([&](NNModuleOp module) {
+    if (module.getFullyShard())
+      unitsByFQN[module.getFQN()] = module;
+  });
+  llvm::StringMap<MemberOp> memberOfFQN;
+  llvm::StringMap<SmallVector<ParamGroupOp>> groupsOfUnit;
+  for (ParamGroupOp group : groups) {
+    NNModuleOp unit = unitsByFQN.lookup(group.getUnit());
+    if (!unit)
+      return group.emitOpError() << "names unit \"" << group.getUnit()
+                                 << "\", which is not a fully_shard module";
+    groupsOfUnit[group.getUnit()].push_back(group);
+    if (group.getBody().getOps<MemberOp>().empty())
+      return group.emitOpError() << "has no members";
+    if (ArrayAttr buffers = group.getBuffersAttr()) {
+      ArrayAttr expected = getExpectedBuffers(group, model.getOptimizer());
+      if (buffers != expected)
+        return group.emitOpError()
+               << "buffers " << buffers << " differ from what the policy and the optimizer give: "
+               << expected;
+    }
+    if (unit.getFullyShardAttr() != group.getPolicy())
+      return group.emitOpError()
+             << "policy " << group.getPolicy() << " differs from unit \""
+             << group.getUnit() << "\"'s " << unit.getFullyShardAttr();
+    for (MemberOp member : group.getBody().getOps<MemberOp>()) {
+      for (Attribute attr : member.getFqns()) {
+        StringRef fqn = cast<StringAttr>(attr).getValue();
+        ParamOp param = params.lookup(fqn);
+        if (!param)
+          return member.emitOpError()
+                 << "names unknown parameter '" << fqn << "'";
+        if (param.getTensorType() != member.getTensorType())
+          return member.emitOpError()
+                 << "has type " << member.getTensorType() << " but '" << fqn
+                 << "' has type " << param.getTensorType();
+        if (param.getRequiresGrad() != group.getRequiresGrad())
+          return member.emitOpError()
+                 << "'" << fqn << "' differs from its group in requires_grad";
+        if (cast<NNModuleOp>(param->getParentOp()).getOwningUnit() != unit)
+          return member.emitOpError()
+                 << "'" << fqn << "' is not owned by unit \""
+                 << group.getUnit() << "\"";
+        auto [it, inserted] = memberOfFQN.try_emplace(fqn, member);
+        if (!inserted)
+          return member.emitOpError()
+                     .append("'", fqn, "' is already a member")
+                     .attachNote(it->second.getLoc())
+                 << "first listed here";
+      }
+    }
+  }
+  for (ParamOp param : paramsInOrder)
+    if (cast<NNModuleOp>(param->getParentOp()).getOwningUnit() &&
+        !memberOfFQN.count(param.getFQN()))
+      return param.emitOpError() << "'" << param.getFQN()
+                                 << "' is in no parameter group of its unit";
+  // Each unit's groups and members are exactly Megatron-FSDP's: the same
+  // groups in first-occurrence order, members in named_parameters() order,
+  // tied parameters (and only they) sharing one member.
+  for (auto &entry : groupsOfUnit) {
+    NNModuleOp unit = unitsByFQN.lookup(entry.getKey());
+    SmallVector<UnitGroup> expected = computeUnitGroups(unit, params);
+    SmallVector<ParamGroupOp> &actual = entry.getValue();
+    if (actual.size() != expected.size())
+      return actual.front().emitOpError()
+             << "unit \"" << entry.getKey() << "\" has " << actual.size()
+             << " parameter groups but its parameters form " << expected.size()
+             << " (one per dtype and requires_grad)";
+    for (auto [group, want] : llvm::zip(actual, expected)) {
+      if (group.getDtype() != want.dtype || group.getRequiresGrad() != want.requiresGrad)
+        return group.emitOpError()
+               << "groups of unit \"" << entry.getKey()
+               << "\" must follow the first occurrence of each (dtype, requires_grad); expected "
+               << want.dtype << (want.requiresGrad ? "" : " frozen") << " here";
+      auto members = llvm::to_vector(group.getBody().getOps<MemberOp>());
+      for (size_t i = 0; i < std::max(members.size(), want.members.size()); ++i) {
+        if (i >= members.size() || i >= want.members.size())
+          return group.emitOpError() << "has " << members.size() << " members, expected "
+                                     << want.members.size();
+        SmallVector<std::string> fqns;
+        for (Attribute fqn : members[i].getFqns())
+          fqns.push_back(cast<StringAttr>(fqn).str());
+        if (ArrayRef<std::string>(fqns) != ArrayRef<std::string>(want.members[i].fqns)) {
+          std::string wanted;
+          for (const std::string &fqn : want.members[i].fqns)
+            wanted += (wanted.empty() ? "" : ", ") + fqn;
+          return members[i].emitOpError()
+                 << "member " << i << " of group @" << group.getSymName()
+                 << " must be [" << wanted
+                 << "]: members follow named_parameters() order and only tied "
+                    "parameters share a member";
+        }
+      }
+    }
+  }
+  return success();
+}
+
+LogicalResult ModelOp::verifyRegions() {
+  Block &body = getBody().front();
+  auto meshes = llvm::to_vector(body.getOps<MeshOp>());
+  auto optimizers = llvm::to_vector(body.getOps<OptimizerOp>());
+  auto roots = llvm::to_vector(body.getOps<NNModuleOp>());
+  if (meshes.size() != 1)
+    return emitOpError() << "expects exactly one 'fsdp.mesh', found "
+                         << meshes.size();
+  if (optimizers.size() > 1)
+    return optimizers[1].emitOpError()
+           << "duplicate optimizer: a model has at most one";
+  if (roots.size() != 1)
+    return emitOpError() << "expects exactly one root 'fsdp.module', found "
+                         << roots.size();
+  MeshOp mesh = meshes.front();
+  size_t meshRank = mesh.getShape().size();
+
+  // Walk the tree in DFS order (pre-order), as named_parameters() does.
+  llvm::StringMap<ParamOp> paramsByFQN;
+  SmallVector<ParamOp> params;
+  WalkResult walk = roots.front().walk<WalkOrder::PreOrder>(
+      [&](Operation *op) -> WalkResult {
+        if (auto module = dyn_cast<NNModuleOp>(op)) {
+          if (failed(verifyUniqueChildNames(module)))
+            return WalkResult::interrupt();
+          if (FullyShardAttr unit = module.getFullyShardAttr();
+              unit && unit.getPlacements().size() != meshRank)
+            return module.emitOpError()
+                   << "fully_shard has " << unit.getPlacements().size()
+                   << " placements but mesh @" << mesh.getSymName() << " has "
+                   << meshRank << " axes";
+        } else if (auto param = dyn_cast<ParamOp>(op)) {
+          paramsByFQN[param.getFQN()] = param;
+          params.push_back(param);
+        }
+        return WalkResult::advance();
+      });
+  if (walk.wasInterrupted())
+    return failure();
+
+  for (ParamOp param : params) {
+    auto owner = cast<NNModuleOp>(param->getParentOp()).getOwningUnit();
+    if (std::optional<StringRef> tiedTo = param.getTiedTo()) {
+      auto it = paramsByFQN.find(*tiedTo);
+      if (it == paramsByFQN.end())
+        return param.emitOpError()
+               << "is tied to unknown parameter '" << *tiedTo << "'";
+      ParamOp target = it->second;
+      if (target == param)
+        return param.emitOpError() << "is tied to itself";
+      if (target.getTiedTo())
+        return param.emitOpError()
+               << "is tied to '" << *tiedTo << "', which is itself tied to '"
+               << *target.getTiedTo() << "'; tie to the storage owner instead";
+      if (target.getTensorType() != param.getTensorType())
+        return param.emitOpError()
+               << "is tied to '" << *tiedTo << "' of type "
+               << target.getTensorType() << " but has type "
+               << param.getTensorType();
+      if (target.getFrozen() != param.getFrozen())
+        return param.emitOpError()
+               << "is tied to '" << *tiedTo
+               << "' but differs from it in requires_grad";
+      auto targetOwner =
+          cast<NNModuleOp>(target->getParentOp()).getOwningUnit();
+      if (owner != targetOwner)
+        return param.emitOpError()
+               << "is tied to '" << *tiedTo
+               << "', which belongs to another fully_shard unit; tied "
+                  "parameters share one buffer entry and must have the "
+                  "same owner";
+    }
+    if (param.getRequiresGrad() && !owner)
+      return param.emitOpError()
+             << "'" << param.getFQN()
+             << "' is trainable but no enclosing module is a fully_shard unit";
+  }
+  return verifyParamGroups(*this, paramsByFQN, params);
+}
+
+//===----------------------------------------------------------------------===//
+// MemberOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult MemberOp::verify() {
+  if (getFqns().empty())
+    return emitOpError() << "needs at least one FQN";
+  llvm::StringSet<> seen;
+  for (Attribute fqn : getFqns())
+    if (!seen.insert(cast<StringAttr>(fqn).getValue()).second)
+      return emitOpError() << "lists FQN '" << cast<StringAttr>(fqn).getValue()
+                           << "' twice";
+  RankedTensorType type = getTensorType();
+  if (type.getRank() == 0 || !type.hasStaticShape() ||
+      llvm::any_of(type.getShape(), [](int64_t size) { return size <= 0; }))
+    return emitOpError() << "member '" << getFQN()
+                         << "' needs a static shape of positive dimensions, got "
+                         << type;
+  if (std::optional<int64_t> offset = getOffset(); offset && *offset < 0)
+    return emitOpError() << "member '" << getFQN()
+                         << "' has negative offset " << *offset;
+  if (std::optional<ArrayRef<int64_t>> values = getPieces();
+      values && values->size() % 4 != 0)
+    return emitOpError() << "pieces must hold four numbers each (shard, row "
+                            "begin, row end, local offset)";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// ParamGroupOp
+//===----------------------------------------------------------------------===//
+
+/// Rewrites the layout library's "tensor N" into the member's FQN.
+static std::string nameTensors(std::string message,
+                               MutableArrayRef<MemberOp> members) {
+  std::string out;
+  size_t pos = 0;
+  static constexpr StringLiteral kTensor = "tensor ";
+  while (true) {
+    size_t found = message.find(kTensor, pos);
+    if (found == std::string::npos)
+      break;
+    size_t digits = found + kTensor.size();
+    size_t end = digits;
+    while (end < message.size() && llvm::isDigit(message[end]))
+      ++end;
+    out += message.substr(pos, found - pos);
+    unsigned index;
+    if (end > digits &&
+        !StringRef(message).slice(digits, end).getAsInteger(10, index) &&
+        index < members.size())
+      out += ("member '" + members[index].getFQN() + "'").str();
+    else
+      out += message.substr(found, end - found);
+    pos = end;
+  }
+  return out + message.substr(pos);
+}
+
+LogicalResult ParamGroupOp::verifyRegions() {
+  auto model = (*this)->getParentOfType<ModelOp>();
+  MeshOp mesh = model ? model.getMesh() : MeshOp();
+  if (!mesh)
+    return success(); // The model verifier reports the missing mesh.
+  std::vector<int64_t> meshSizes = getLayoutMeshSizes(mesh);
+  std::vector<layout::Placement> placements = getLayoutPlacements(getPolicy());
+  if (Status status = layout::checkPlacements(meshSizes, placements); !status)
+    return emitOpError() << "policy does not fit mesh @" << mesh.getSymName()
+                         << ": " << status.error();
+
+  SmallVector<MemberOp> members = llvm::to_vector(getBody().getOps<MemberOp>());
+  for (MemberOp member : members)
+    if (member.getTensorType().getElementType() != getDtype())
+      return member.emitOpError()
+             << "member '" << member.getFQN() << "' has element type "
+             << member.getTensorType().getElementType() << " but group @"
+             << getSymName() << " holds " << getDtype();
+
+  // Packing: chunk, size and every member's offset come together.
+  bool packed = getChunk() && getSize();
+  if (getChunk().has_value() != getSize().has_value())
+    return emitOpError() << "chunk and size must be given together";
+  for (MemberOp member : members)
+    if (member.getOffset().has_value() != packed)
+      return member.emitOpError()
+             << "member '" << member.getFQN() << "' "
+             << (packed ? "has no offset in a packed group"
+                        : "has an offset but its group is not packed");
+  bool assigned = getShardSize() || getRanks();
+  if (assigned && !packed)
+    return emitOpError() << "rank ranges need a packed group (chunk, size)";
+  if (!packed)
+    return success();
+
+  std::vector<layout::Shape> shapes = getMemberShapes(*this);
+  layout::PackedLayout layout;
+  layout.chunk = *getChunk();
+  layout.size = *getSize();
+  for (MemberOp member : members)
+    layout.offsets.push_back(*member.getOffset());
+  if (Status status =
+          layout::verifyLayout(shapes, layout, meshSizes, placements);
+      !status)
+    return emitOpError() << "invalid packed layout: "
+                         << nameTensors(status.error(), members);
+
+  // The layout must be Megatron-FSDP's: the same bytes where it puts them.
+  Result<layout::PackedLayout> expected =
+      layout::packGroup(shapes, layout::meshSize(meshSizes));
+  if (!expected)
+    return emitOpError() << expected.error();
+  if (expected->chunk != layout.chunk || expected->size != layout.size)
+    return emitOpError() << "layout differs from Megatron-FSDP's packing: "
+                         << "chunk " << layout.chunk << " size " << layout.size
+                         << ", expected chunk " << expected->chunk << " size "
+                         << expected->size;
+  for (auto [index, member] : llvm::enumerate(members))
+    if (expected->offsets[index] != layout.offsets[index])
+      return member.emitOpError()
+             << "member '" << member.getFQN() << "' at offset "
+             << layout.offsets[index]
+             << " differs from Megatron-FSDP's packing, which puts it at "
+             << expected->offsets[index];
+
+  if (!assigned)
+    return success();
+  if (!getShardSize() || !getRanks())
+    return emitOpError() << "shard_size and ranks must be given together";
+  int64_t numShards = layout::numShards(meshSizes, placements);
+  int64_t shardSize = layout.size / numShards;
+  if (*getShardSize() != shardSize)
+    return emitOpError() << "shard_size " << *getShardSize()
+                         << " does not split size " << layout.size << " into "
+                         << numShards << " shards (expected " << shardSize
+                         << ")";
+  ArrayRef<int64_t> ranks = *getRanks();
+  int64_t numRanks = layout::meshSize(meshSizes);
+  if (static_cast<int64_t>(ranks.size()) != numRanks)
+    return emitOpError() << "ranks lists " << ranks.size()
+                         << " ranges but mesh @" << mesh.getSymName()
+                         << " has " << numRanks << " ranks";
+  std::vector<int64_t> shardOfRank = layout::shardIndices(meshSizes, placements);
+  for (int64_t rank = 0; rank < numRanks; ++rank) {
+    int64_t expectedBegin = shardOfRank[rank] * shardSize;
+    if (ranks[rank] != expectedBegin)
+      return emitOpError() << "rank " << rank << " range begins at "
+                           << ranks[rank] << ", but the mesh and placements "
+                           << "put it at " << expectedBegin;
+  }
+
+  // Pieces: each member's rows tiled exactly, in shard order, whole rows,
+  // each piece inside its shard and where the member's offset puts it.
+  for (MemberOp member : members) {
+    if (!member.getPieces())
+      return member.emitOpError() << "member '" << member.getFQN()
+                                  << "' has no pieces in an assigned group";
+    ArrayRef<int64_t> shape = member.getTensorType().getShape();
+    int64_t rowSize = layout::rowSize(layout::Shape(shape.begin(), shape.end()));
+    int64_t offset = *member.getOffset();
+    int64_t nextRow = 0, lastShard = -1;
+    for (MemberOp::Piece piece : member.getPieceList()) {
+      auto fail = [&]() {
+        return member.emitOpError()
+               << "member '" << member.getFQN() << "' piece " << piece.shard
+               << ": [" << piece.rowBegin << ", " << piece.rowEnd << ") at "
+               << piece.localOffset << " ";
+      };
+      if (piece.shard <= lastShard || piece.shard >= numShards)
+        return fail() << "names shard " << piece.shard
+                      << ", expected shards in increasing order below "
+                      << numShards;
+      if (piece.rowBegin != nextRow)
+        return fail() << (piece.rowBegin > nextRow ? "leaves rows [" : "overlaps rows [")
+                      << std::min(nextRow, piece.rowBegin) << ", "
+                      << std::max(nextRow, piece.rowBegin)
+                      << ") " << (piece.rowBegin > nextRow ? "uncovered" : "twice");
+      if (piece.rowEnd <= piece.rowBegin || piece.rowEnd > shape[0])
+        return fail() << "is not a non-empty row range inside [0, "
+                      << shape[0] << ")";
+      int64_t shardBegin = piece.shard * shardSize;
+      int64_t bufferBegin = offset + piece.rowBegin * rowSize;
+      int64_t bufferEnd = offset + piece.rowEnd * rowSize;
+      if (bufferBegin < shardBegin || bufferEnd > shardBegin + shardSize)
+        return fail() << "lies outside its shard's range [" << shardBegin
+                      << ", " << shardBegin + shardSize << ")";
+      if (piece.localOffset != bufferBegin - shardBegin)
+        return fail() << "has local offset " << piece.localOffset
+                      << " but the member's offset puts it at "
+                      << bufferBegin - shardBegin;
+      nextRow = piece.rowEnd;
+      lastShard = piece.shard;
+    }
+    if (nextRow != shape[0])
+      return member.emitOpError()
+             << "member '" << member.getFQN() << "' pieces leave rows ["
+             << nextRow << ", " << shape[0] << ") uncovered";
+  }
+
+  // Buffers: each role once; main_weight always; model_weight in the
+  // group's dtype.
+  if (std::optional<ArrayAttr> buffers = getBuffers()) {
+    llvm::SmallDenseSet<unsigned> roles;
+    for (Attribute attr : *buffers) {
+      auto buffer = cast<BufferAttr>(attr);
+      if (!roles.insert(static_cast<unsigned>(buffer.getRole())).second)
+        return emitOpError() << "lists buffer "
+                             << stringifyBufferRole(buffer.getRole())
+                             << " twice";
+      if (!isSupportedElementType(buffer.getDtype()))
+        return emitOpError() << "buffer " << stringifyBufferRole(buffer.getRole())
+                             << " has unsupported dtype " << buffer.getDtype();
+    }
+    if (!getBuffer(BufferRole::MainWeight))
+      return emitOpError() << "has no main_weight buffer";
+    if (BufferAttr model = getBuffer(BufferRole::ModelWeight)) {
+      if (model.getDtype() != getDtype())
+        return emitOpError() << "model_weight buffer has dtype "
+                             << model.getDtype() << " but the group holds "
+                             << getDtype();
+      if (model.getAliasesMainWeight() !=
+          (getBuffer(BufferRole::MainWeight).getDtype() == getDtype()))
+        return emitOpError() << "model_weight aliases main_weight exactly "
+                                "when their dtypes match";
+    }
+  }
+  return success();
+}

@@ -1,0 +1,117 @@
+//===- Cast.cpp - Casts between floating dtypes ---------------------------===//
+//
+// castElements: one loop per (source, destination) pair, with ElementBits.h's
+// conversions (the device's too) inlined.
+//
+//===----------------------------------------------------------------------===//
+#include "fsdp/Runtime/Cast.h"
+
+#include "ElementBits.h"
+
+#include <cstring>
+#include <string>
+
+namespace fsdp {
+namespace runtime {
+
+namespace {
+
+// The float-typed faces of ElementBits.h's bit functions.
+inline uint16_t toBFloat16(float value) {
+  return elementbits::toBFloat16(elementbits::floatBits(value));
+}
+inline uint16_t toHalf(float value) { return elementbits::toHalf(elementbits::floatBits(value)); }
+inline float fromBFloat16(uint16_t value) {
+  return elementbits::bitsFloat(elementbits::fromBFloat16(value));
+}
+inline float fromHalf(uint16_t value) {
+  return elementbits::bitsFloat(elementbits::fromHalf(value));
+}
+
+bool isCastable(dcp::DType dtype) {
+  return dtype == dcp::DType::Float64 || dtype == dcp::DType::Float32 ||
+         dtype == dcp::DType::BFloat16 || dtype == dcp::DType::Float16;
+}
+
+template <typename From, typename To, typename Convert>
+void castLoop(const void *in, void *out, uint64_t count, Convert convert) {
+  const unsigned char *src = static_cast<const unsigned char *>(in);
+  unsigned char *dst = static_cast<unsigned char *>(out);
+  for (uint64_t j = 0; j < count; ++j) {
+    From value;
+    std::memcpy(&value, src + j * sizeof(From), sizeof(From));
+    To result = convert(value);
+    std::memcpy(dst + j * sizeof(To), &result, sizeof(To));
+  }
+}
+
+/// Loops from `from` to a fixed destination `To` through `convert(Wide)`;
+/// reading as `Wide` is exact except f64 -> f32 (rounded to nearest even).
+template <typename Wide, typename To, typename Convert>
+bool castFrom(dcp::DType from, const void *in, void *out, uint64_t count, Convert convert) {
+  using dcp::DType;
+  switch (from) {
+  case DType::Float64:
+    castLoop<double, To>(in, out, count, [&](double v) { return convert(static_cast<Wide>(v)); });
+    return true;
+  case DType::Float32:
+    castLoop<float, To>(in, out, count, [&](float v) { return convert(static_cast<Wide>(v)); });
+    return true;
+  case DType::BFloat16:
+    castLoop<uint16_t, To>(in, out, count,
+                           [&](uint16_t v) { return convert(static_cast<Wide>(fromBFloat16(v))); });
+    return true;
+  case DType::Float16:
+    castLoop<uint16_t, To>(in, out, count,
+                           [&](uint16_t v) { return convert(static_cast<Wide>(fromHalf(v))); });
+    return true;
+  default:
+    return false;
+  }
+}
+
+} // namespace
+
+uint16_t floatToBFloat16(float value) { return toBFloat16(value); }
+uint16_t floatToHalf(float value) { return toHalf(value); }
+float bfloat16ToFloat(uint16_t value) { return fromBFloat16(value); }
+float halfToFloat(uint16_t value) { return fromHalf(value); }
+
+Status castElements(dcp::DType from, const void *in, dcp::DType to, void *out, uint64_t count) {
+  if (from == to) {
+    // Any dtype: a copy is the identity cast. memmove: in == out is fine.
+    if (count)
+      std::memmove(out, in, count * dcp::dtypeInfo(from).elementSize);
+    return Status::success();
+  }
+  if (!isCastable(from) || !isCastable(to))
+    return makeError("cannot cast " + dcp::dtypeNameOrCode(from) + " to " +
+                     dcp::dtypeNameOrCode(to) +
+                     ": only float64, float32, bfloat16 and float16 casts are supported");
+  // Wider sources go through f32 for the 16-bit targets, as c10::BFloat16 and
+  // c10::Half (constructed from float) do for a double tensor's .to().
+  bool ok = false;
+  switch (to) {
+  case dcp::DType::Float64:
+    ok = castFrom<double, double>(from, in, out, count, [](double v) { return v; });
+    break;
+  case dcp::DType::Float32:
+    ok = castFrom<float, float>(from, in, out, count, [](float v) { return v; });
+    break;
+  case dcp::DType::BFloat16:
+    ok = castFrom<float, uint16_t>(from, in, out, count, [](float v) { return toBFloat16(v); });
+    break;
+  case dcp::DType::Float16:
+    ok = castFrom<float, uint16_t>(from, in, out, count, [](float v) { return toHalf(v); });
+    break;
+  default:
+    break;
+  }
+  if (!ok)
+    return makeError("cannot cast " + dcp::dtypeNameOrCode(from) + " to " +
+                     dcp::dtypeNameOrCode(to));
+  return Status::success();
+}
+
+} // namespace runtime
+} // namespace fsdp
