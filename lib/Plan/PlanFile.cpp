@@ -24,6 +24,12 @@ using flatbuffers::Offset;
 
 static_assert(kMaxPlanFileBytes == FLATBUFFERS_MAX_BUFFER_SIZE,
               "the plan file limit is FlatBuffers' buffer limit");
+// The schema's ItemSource is plan::ItemSource, converted by number.
+static_assert(static_cast<int>(fb::ItemSource::Buffer) == static_cast<int>(ItemSource::Buffer) &&
+                  static_cast<int>(fb::ItemSource::Step) == static_cast<int>(ItemSource::Step) &&
+                  static_cast<int>(fb::ItemSource::Bytes) == static_cast<int>(ItemSource::Bytes) &&
+                  fb::ItemSource::MAX == fb::ItemSource::Bytes,
+              "PlanSchema.fbs's ItemSource disagrees with plan::ItemSource");
 
 std::string sizeText(uint64_t bytes) {
   char text[32];
