@@ -81,43 +81,40 @@ RoleSpelling roleSpelling(plan::BufferRole role) {
 struct DTypeSpelling {
   const char *enumerator; // fsdp::dcp::DType::<enumerator>
   const char *element;    // the C++ element type a buffer is an array of
-  StringRef brief;        // the dtype's JSON name (FSDPDTypes.cpp), for comments
 };
 
-DTypeSpelling cppSpelling(dcp::DType dtype) {
+DTypeSpelling dtypeSpelling(dcp::DType dtype) {
   switch (dtype) {
   case dcp::DType::Float64:
-    return {"Float64", "double", ""};
+    return {"Float64", "double"};
   case dcp::DType::Float32:
-    return {"Float32", "float", ""};
+    return {"Float32", "float"};
   case dcp::DType::Float16:
-    return {"Float16", "uint16_t", ""};
+    return {"Float16", "uint16_t"};
   case dcp::DType::BFloat16:
-    return {"BFloat16", "uint16_t", ""};
+    return {"BFloat16", "uint16_t"};
   case dcp::DType::Int64:
-    return {"Int64", "int64_t", ""};
+    return {"Int64", "int64_t"};
   case dcp::DType::Int32:
-    return {"Int32", "int32_t", ""};
+    return {"Int32", "int32_t"};
   case dcp::DType::Int16:
-    return {"Int16", "int16_t", ""};
+    return {"Int16", "int16_t"};
   case dcp::DType::Int8:
-    return {"Int8", "int8_t", ""};
+    return {"Int8", "int8_t"};
   case dcp::DType::UInt8:
-    return {"UInt8", "uint8_t", ""};
+    return {"UInt8", "uint8_t"};
   case dcp::DType::Bool:
-    return {"Bool", "uint8_t", ""};
+    return {"Bool", "uint8_t"};
   default:
     // Plans hold only the types above (lib/Target/CheckpointPlan).
-    return {nullptr, "unsigned char", ""};
+    return {nullptr, "unsigned char"};
   }
 }
 
-DTypeSpelling dtypeSpelling(dcp::DType dtype) {
-  DTypeSpelling spelling = cppSpelling(dtype);
-  spelling.brief = getDTypeName(dtype);
-  if (spelling.brief.empty())
-    spelling.brief = "?";
-  return spelling;
+/// The dtype as the model JSON names it (FSDPDTypes.cpp), for comments.
+StringRef dtypeBrief(dcp::DType dtype) {
+  StringRef name = getDTypeName(dtype);
+  return name.empty() ? StringRef("?") : name;
 }
 
 /// Text from the model (unit names) inside a comment: printable, and never
@@ -258,7 +255,7 @@ void writeSummary(raw_ostream &os, const Library &lib, StringRef lead) {
   os << ", " << count(tensors, "tensor") << "; optimizer ";
   if (layout.optimizer.present)
     os << (layout.optimizer.decoupledWeightDecay ? "adamw" : "adam") << " (state "
-       << dtypeSpelling(layout.optimizer.stateDtype).brief << ")\n";
+       << dtypeBrief(layout.optimizer.stateDtype) << ")\n";
   else
     os << "none\n";
   os << lead << " Mesh:   " << commentText(meshText(layout)) << " ("
@@ -271,12 +268,12 @@ void writeSummary(raw_ostream &os, const Library &lib, StringRef lead) {
   for (size_t g = 0; g < layout.groups.size(); ++g) {
     const plan::GroupSpec &group = layout.groups[g];
     os << lead << "   group " << g << ": unit \"" << commentText(group.unit) << "\", "
-       << dtypeSpelling(group.dtype).brief << (group.requiresGrad ? " trainable" : " frozen")
+       << dtypeBrief(group.dtype) << (group.requiresGrad ? " trainable" : " frozen")
        << ", " << count(group.members.size(), "tensor") << ", " << placementsText(group.placements)
        << ", " << group.size << " elements, " << group.shardSize << " per rank: ";
     for (size_t b = 0; b < group.buffers.size(); ++b)
       os << (b ? ", " : "") << plan::bufferRoleName(group.buffers[b].role) << " "
-         << dtypeSpelling(group.buffers[b].dtype).brief
+         << dtypeBrief(group.buffers[b].dtype)
          << (group.buffers[b].aliasesMainWeight ? " (aliases main_weight)" : "");
     os << "\n";
   }
@@ -372,7 +369,7 @@ void writeDeclarations(raw_ostream &os, const Library &lib) {
     if (row.group != lastGroup) {
       const plan::GroupSpec &group = lib.layout->groups[row.group];
       os << "\n// Group " << row.group << ": unit \"" << commentText(group.unit) << "\", "
-         << dtypeSpelling(group.dtype).brief << (group.requiresGrad ? " trainable" : " frozen")
+         << dtypeBrief(group.dtype) << (group.requiresGrad ? " trainable" : " frozen")
          << ", " << count(group.members.size(), "tensor") << ".\n";
       lastGroup = row.group;
     }
@@ -548,7 +545,7 @@ void writeSource(raw_ostream &os, const Library &lib) {
      << "] = {\n";
   for (const BufferRow &row : lib.buffers)
     os << "    {" << row.group << ", FSDP_" << roleSpelling(row.role).upper << ", "
-       << static_cast<int>(row.dtype) << " /* " << dtypeSpelling(row.dtype).brief << " */, "
+       << static_cast<int>(row.dtype) << " /* " << dtypeBrief(row.dtype) << " */, "
        << row.elements << ", " << (row.aliasesMainWeight ? 1 : 0) << "}, /* "
        << row.enumName(lib.prefixUpper) << " */\n";
   os << "};\n\n"
