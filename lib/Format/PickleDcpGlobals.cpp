@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "fsdp/Format/Pickle.h"
+#include "fsdp/Format/DcpMetadata.h"
 
 #include <initializer_list>
 
@@ -29,18 +30,11 @@ bool isDcpGlobal(std::string_view module, std::string_view name) {
   if (module == "torch.distributed.checkpoint.filesystem")
     return name == "_StorageInfo";
   if (module == "torch")
-    return oneOf({// containers and layouts
-                  "Size", "strided", "contiguous_format", "channels_last", "channels_last_3d",
-                  "preserve_format",
-                  // dtypes
-                  "float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8",
-                  "uint8", "bool", "complex32", "complex64", "complex128", "float8_e4m3fn",
-                  "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu", "uint16",
-                  "uint32", "uint64",
-                  // storages
-                  "UntypedStorage", "DoubleStorage", "FloatStorage", "HalfStorage",
-                  "BFloat16Storage", "LongStorage", "IntStorage", "ShortStorage", "CharStorage",
-                  "ByteStorage", "BoolStorage", "ComplexFloatStorage", "ComplexDoubleStorage"});
+    // Containers and layouts; every dtype and legacy storage class of the
+    // format's dtype table (DcpMetadata.cpp), and the untyped storage.
+    return oneOf({"Size", "strided", "contiguous_format", "channels_last", "channels_last_3d",
+                  "preserve_format", "UntypedStorage"}) ||
+           dcp::findDType(name) || dcp::findDTypeByStorage(name);
   if (module == "torch.serialization")
     return name == "_get_layout";
   if (module == "torch._utils")

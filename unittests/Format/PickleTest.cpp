@@ -283,6 +283,16 @@ TEST(PickleReader, AllowList) {
   EXPECT_FALSE(isDcpGlobal("torch", "load"));
   EXPECT_FALSE(isDcpGlobal("collections", "namedtuple"));
   EXPECT_FALSE(isDcpGlobal("torch.distributed.checkpoint.metadata", "os"));
+  // Every dtype and legacy storage class the format knows, and only under torch.
+  for (const char *name : {"float64", "float8_e4m3fn", "uint64", "bool", "complex32",
+                           "UntypedStorage", "BFloat16Storage", "ComplexDoubleStorage"}) {
+    EXPECT_TRUE(isDcpGlobal("torch", name)) << name;
+    EXPECT_FALSE(isDcpGlobal("os", name)) << name;
+  }
+  EXPECT_FALSE(isDcpGlobal("torch", "float"));
+  EXPECT_FALSE(isDcpGlobal("torch", "Storage"));
+  EXPECT_FALSE(isDcpGlobal("torch", "Float8Storage"));
+  EXPECT_FALSE(isDcpGlobal("torch", ""));
 }
 
 TEST(PickleErrors, DisallowedGlobalIsNamed) {
