@@ -16,10 +16,12 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cerrno>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <sys/stat.h>
+#include <unistd.h>
 
 using namespace fsdp;
 using namespace fsdp::runtime;
@@ -112,10 +114,24 @@ Status checkNoExtraTensors(const plan::PlanFile &planFile, const std::string &so
   return Status::success();
 }
 
+/// Writes `line` to stderr in one write(2): ranks under mpirun share the
+/// stream, and pieces written separately interleave with other ranks'.
+void writeErrorLine(const std::string &line) {
+  for (size_t done = 0; done < line.size();) {
+    ssize_t n = ::write(STDERR_FILENO, line.data() + done, line.size() - done);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return;
+    done += static_cast<size_t>(n);
+  }
+}
+
 /// One line on stderr, escaped (a message may quote bytes from a file), and
 /// the exit code of the error's kind.
 int report(const char *command, const std::string &prefix, const Error &error) {
-  std::cerr << "fsdp-ckpt " << command << ": " << prefix << printable(error.message) << "\n";
+  writeErrorLine("fsdp-ckpt " + std::string(command) + ": " + prefix +
+                 printable(error.message) + "\n");
   return errorKindExitCode(error.kind);
 }
 
@@ -431,7 +447,7 @@ int run(int argc, char **argv) {
   loadOptions.progress = progressPrinter(load->parsed() ? "load" : "reshard", speaks);
   if (speaks)
     loadOptions.notice = [command](const std::string &text) {
-      std::cerr << "fsdp-ckpt " << command << ": note: " << printable(text) << "\n";
+      writeErrorLine("fsdp-ckpt " + std::string(command) + ": note: " + printable(text) + "\n");
     };
   Result<LoadResult> loaded = checkpointer.load(load->parsed() ? dir : fromDir, loadOptions);
   if (!loaded)
@@ -483,7 +499,7 @@ int main(int argc, char **argv) {
   } catch (const std::bad_alloc &) {
     std::cerr << "fsdp-ckpt: out of memory\n";
   } catch (const std::exception &error) {
-    std::cerr << "fsdp-ckpt: internal error: " << printable(error.what()) << "\n";
+    writeErrorLine("fsdp-ckpt: internal error: " + printable(error.what()) + "\n");
   }
   return errorKindExitCode(ErrorKind::Internal);
 }
