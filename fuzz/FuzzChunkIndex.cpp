@@ -91,7 +91,7 @@ void exercise(std::string bytes) {
     dcp::Dims sizes = key.shape;
     dcp::Dims offsets(key.shape.size(), 0);
     for (int64_t step = 0; step < 4; ++step) {
-      offsets[0] = rows * step / 4;
+      offsets[0] = rows / 4 * step; // not rows * step / 4: rows may be near INT64_MAX
       sizes[0] = std::max<int64_t>(1, rows / 3);
       Result<std::vector<chunkindex::Chunk>> found = index.overlapping(position, offsets, sizes);
       if (found && found->size() > all->size())

@@ -2,7 +2,8 @@
 # Builds the libFuzzer targets with clang (ASan + UBSan) in a separate tree
 # and runs each for the given number of seconds (default 30), seeded from the
 # real PyTorch checkpoint in test/Inputs. Crashes land in the build tree's
-# fuzz/ folder (crash-*, leak-*, timeout-*, oom-*) and fail the script.
+# fuzz/ folder (crash-*, leak-*, timeout-*, oom-*) and fail the script; copy
+# one into fuzz/regressions/<fuzzer>/ (after the fix) and every run replays it.
 #   scripts/fuzz.sh [seconds]
 # Environment: FSDP_FUZZ_BUILD_DIR (default <repo>/build-fuzz),
 #              FSDP_FUZZ_CXX / FSDP_FUZZ_CC (default /usr/bin/clang++, clang).
@@ -84,6 +85,18 @@ for fuzzer in FuzzPickle FuzzZip FuzzPlan FuzzCheckpoint FuzzChunkIndex; do
   [[ $fuzzer == FuzzPlan ]] && seeds="$SEEDS/plan"
   corpus="$BUILD/fuzz/corpus-$fuzzer"
   mkdir -p "$corpus"
+  # Inputs that once failed (fuzz/regressions/<fuzzer>/) run first, each once.
+  regressions=("$ROOT/fuzz/regressions/$fuzzer"/*)
+  if [[ -e "${regressions[0]}" ]]; then
+    if ! (cd "$BUILD/fuzz" && "./$fuzzer" "${regressions[@]}" > "$fuzzer.regressions.log" 2>&1); then
+      echo "fuzz.sh: $fuzzer FAILED on a regression input (see $BUILD/fuzz/$fuzzer.regressions.log)"
+      tail -20 "$BUILD/fuzz/$fuzzer.regressions.log"
+      echo "$fuzzer fail" >> "$RESULTS"
+      status=1
+      continue
+    fi
+    echo "fuzz.sh: $fuzzer: ${#regressions[@]} regression inputs pass"
+  fi
   echo "fuzz.sh: running $fuzzer for ${SECONDS_EACH}s"
   if ! (cd "$BUILD/fuzz" && "./$fuzzer" -max_total_time="$SECONDS_EACH" -timeout=10 \
           -rss_limit_mb=2048 -max_len=262144 -print_final_stats=1 "$corpus" "$seeds" \
