@@ -187,6 +187,7 @@ int fsdp_wait_save(fsdp_checkpointer *c, char *error, size_t errorSize) {
 int fsdp_load(fsdp_checkpointer *c, const char *dir, int skipSync, char *error, size_t errorSize) {
   LoadOptions options;
   options.syncModelWeights = skipSync == 0;
+  options.readTensorItems = false; // the C API returns none
   Result<LoadResult> loaded = c->runtime->load(dir ? dir : "", options);
   return loaded ? FSDP_OK : report(error, errorSize, loaded.failure());
 }

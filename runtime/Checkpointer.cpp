@@ -1,6 +1,7 @@
 //===- Checkpointer.cpp - One rank's runtime, ready to save and load ------===//
 #include "fsdp/Runtime/Checkpointer.h"
 #include "SaveSnapshot.h"
+#include "fsdp/Format/ChunkIndex.h"
 #include "fsdp/Runtime/Protocol.h"
 
 #include <algorithm>
@@ -260,7 +261,39 @@ Result<LoadResult> Checkpointer::load(const std::string &dir, LoadOptions option
     return held.failure();
   }
   options.replicas = shareReads_ ? replicas_.get() : nullptr;
+  if (!options.plannedKeys)
+    options.plannedKeys = [this] { return plannedKeys(); };
   return loadCheckpoint(plan_, **held, dir, *comm_, *storage_, options);
+}
+
+Result<const std::vector<std::string> *> Checkpointer::plannedKeys() {
+  if (plannedKeys_)
+    return &*plannedKeys_;
+  std::vector<std::string> keys;
+  Result<std::string> index = planFile_.chunkIndexBytes();
+  if (!index)
+    return index.failure();
+  if (!index->empty()) {
+    // The plan's chunk index names every key, in a table read at open.
+    Result<std::unique_ptr<chunkindex::ChunkIndex>> opened =
+        chunkindex::ChunkIndex::fromBytes(index.take(), planFile_.name(), /*trusted=*/true);
+    if (!opened)
+      return opened.failure();
+    for (uint64_t position = 0; position < (*opened)->keyCount(); ++position)
+      keys.push_back((*opened)->key(position).name);
+  } else {
+    Result<std::string> bytes = planFile_.metadataBytes();
+    if (!bytes)
+      return bytes.failure();
+    Result<dcp::Metadata> metadata = dcp::parseMetadata(*bytes);
+    if (!metadata)
+      return propagate(metadata, planFile_.name() + ": " + metadata.error());
+    for (const auto &[key, saved] : metadata->stateDictMetadata)
+      keys.push_back(key);
+  }
+  std::sort(keys.begin(), keys.end());
+  plannedKeys_ = std::move(keys);
+  return &*plannedKeys_;
 }
 
 Status Checkpointer::fill(uint32_t seed) {

@@ -98,6 +98,35 @@ replicaTransfers(const plan::RankPlan &plan, const RankBuffers &buffers,
   return merged;
 }
 
+/// Keys for a broadcast: each a u32 length (little-endian) and its bytes.
+std::string encodeKeys(const std::vector<std::string> &keys) {
+  std::string out;
+  for (const std::string &key : keys) {
+    uint32_t length = static_cast<uint32_t>(key.size());
+    for (int shift = 0; shift < 32; shift += 8)
+      out.push_back(static_cast<char>((length >> shift) & 0xFF));
+    out += key;
+  }
+  return out;
+}
+
+Result<std::vector<std::string>> decodeKeys(const std::string &bytes) {
+  std::vector<std::string> keys;
+  for (size_t at = 0; at < bytes.size();) {
+    if (bytes.size() - at < 4)
+      return makeError("the committing rank's list of tensors is truncated", ErrorKind::Internal);
+    uint32_t length = 0;
+    for (int i = 0; i < 4; ++i)
+      length |= uint32_t(static_cast<uint8_t>(bytes[at + i])) << (8 * i);
+    at += 4;
+    if (bytes.size() - at < length)
+      return makeError("the committing rank's list of tensors is truncated", ErrorKind::Internal);
+    keys.push_back(bytes.substr(at, length));
+    at += length;
+  }
+  return keys;
+}
+
 } // namespace
 
 Result<LoadResult> loadCheckpoint(const plan::RankPlan &plan, RankBuffers &buffers,
@@ -123,6 +152,10 @@ Result<LoadResult> loadCheckpoint(const plan::RankPlan &plan, RankBuffers &buffe
   int64_t member = options.replicas ? options.replicas->group().rank() : 0;
   if (status)
     loader.emplace(**reader, options.stagingBytes ? options.stagingBytes : defaultStagingBytes(1));
+  // The small tensors the plan does not save (live tensor items, say): the
+  // committing rank, which holds every key of the plan, lists them, and
+  // once every rank has loaded its pieces, hands the list to all.
+  std::string listed;
   try {
     // Pieces are independent (each fills its own part of a buffer): worker
     // threads take them one by one; the first step found in plan order wins.
@@ -175,6 +208,16 @@ Result<LoadResult> loadCheckpoint(const plan::RankPlan &plan, RankBuffers &buffe
       else
         result.bytesItems = bytes.take();
     }
+    if (status && options.readTensorItems && comm.rank() == options.root) {
+      Result<const std::vector<std::string> *> planned =
+          options.plannedKeys ? options.plannedKeys()
+                              : Result<const std::vector<std::string> *>(nullptr);
+      if (!planned)
+        status = propagate(planned, "the plan's keys: " + planned.error());
+      else
+        listed = encodeKeys(
+            loader->unplannedTensors(plan.reads, *planned, LoadResult::kMaxTensorItemBytes));
+    }
   } catch (const std::bad_alloc &) {
     status = makeError("out of memory while reading " + printable(trimSlashes(dir)), ErrorKind::IO,
                        ENOMEM);
@@ -206,6 +249,29 @@ Result<LoadResult> loadCheckpoint(const plan::RankPlan &plan, RankBuffers &buffe
   if (Status agreed = agree(comm, status, options.root); !agreed)
     return propagate(agreed,
                      "load from " + printable(trimSlashes(dir)) + " failed: " + agreed.error());
+  // Every rank got here: the committing rank's list of tensor items to all,
+  // each reads them, and all agree again.
+  if (options.readTensorItems) {
+    Result<std::string> received = comm.broadcast(listed, options.root);
+    Status read = received ? Status::success() : Status(received.failure());
+    try {
+      Result<std::vector<std::string>> keys =
+          received ? decodeKeys(*received) : Result<std::vector<std::string>>(received.failure());
+      Result<std::map<std::string, LiveItem>> tensors =
+          keys ? loader->tensorItems(*keys, LoadResult::kMaxTensorItemBytes)
+               : Result<std::map<std::string, LiveItem>>(keys.failure());
+      if (!tensors)
+        read = tensors.failure();
+      else
+        result.tensorItems = tensors.take();
+    } catch (const std::bad_alloc &) {
+      read = makeError("out of memory while reading " + printable(trimSlashes(dir)), ErrorKind::IO,
+                       ENOMEM);
+    }
+    if (Status agreed = agree(comm, read, options.root); !agreed)
+      return propagate(agreed,
+                       "load from " + printable(trimSlashes(dir)) + " failed: " + agreed.error());
+  }
   uint64_t bytesRead = loader ? loader->bytesRead() : 0;
   result.stats.bytes = bytesRead + fromPeers;
   result.stats.bytesFromPeers = fromPeers;

@@ -16,6 +16,7 @@
 #include "fsdp/Layout/Overlap.h"
 #include "fsdp/Runtime/Buffers.h"
 #include "fsdp/Runtime/CheckpointReader.h"
+#include "fsdp/Runtime/LiveItem.h"
 #include "fsdp/Support/Printable.h"
 
 #include <algorithm>
@@ -24,6 +25,7 @@
 #include <map>
 #include <optional>
 #include <tuple>
+#include <unordered_set>
 
 namespace fsdp {
 namespace runtime {
@@ -221,6 +223,82 @@ public:
     return out;
   }
 
+  /// What the committing rank lists for LoadResult::tensorItems: every
+  /// tensor of the checkpoint that neither `planned` (sorted; null: none)
+  /// nor this rank's `reads` (pieces and steps) name, saved as one chunk of
+  /// at most `maxBytes`.
+  std::vector<std::string> unplannedTensors(const std::vector<plan::ReadItem> &reads,
+                                            const std::vector<std::string> *planned,
+                                            uint64_t maxBytes) const {
+    std::unordered_set<std::string> read;
+    for (const plan::ReadItem &item : reads)
+      if (item.source == plan::ItemSource::Buffer || item.source == plan::ItemSource::Step)
+        read.insert(item.key);
+    std::vector<std::string> out;
+    for (std::string &key : reader_.tensorKeys()) {
+      if (read.count(key) || (planned && std::binary_search(planned->begin(), planned->end(), key)))
+        continue;
+      std::optional<KeyInfo> info = reader_.keyInfo(key);
+      if (info && !info->isBytes && info->chunkCount == 1 && tensorBytes(*info) <= maxBytes)
+        out.push_back(std::move(key));
+    }
+    return out;
+  }
+
+  /// The tensors `keys` (unplannedTensors' list) where each is saved as one
+  /// chunk covering it of at most `maxBytes`: dtype, shape and C-order
+  /// data, checked as every item is. Others are skipped.
+  Result<std::map<std::string, LiveItem>> tensorItems(const std::vector<std::string> &keys,
+                                                      uint64_t maxBytes) {
+    std::map<std::string, LiveItem> out;
+    for (const std::string &key : keys) {
+      std::optional<KeyInfo> info = reader_.keyInfo(key);
+      if (!info || info->isBytes || info->chunkCount != 1)
+        continue;
+      uint64_t bytes = tensorBytes(*info);
+      if (bytes > maxBytes)
+        continue;
+      Result<std::vector<SavedChunk>> chunks = reader_.chunksOf(key);
+      if (!chunks)
+        return chunks.failure();
+      if (chunks->size() != 1)
+        continue;
+      const SavedChunk &chunk = chunks->front();
+      if (chunk.sizes != info->shape || chunk.offsets.size() != info->shape.size() ||
+          std::any_of(chunk.offsets.begin(), chunk.offsets.end(),
+                      [](int64_t offset) { return offset != 0; }))
+        continue;
+      Result<TensorItem *> opened = reader_.tensorItem(key, chunk);
+      if (!opened)
+        return opened.failure();
+      TensorItem &item = **opened;
+      if (item.record.storageBytes() > maxBytes)
+        continue; // a small view of a large storage: not read
+      LiveItem live;
+      live.key = key;
+      live.isTensor = true;
+      live.dtype = info->dtype;
+      live.shape = info->shape;
+      live.data.assign(bytes, '\0');
+      if (item.contiguous && item.record.storageOffset == 0 &&
+          item.record.storageElements == item.record.elementCount()) {
+        if (Status status = reader_.readStorage(item, live.data.data()); !status)
+          return propagate(status, key + ": " + status.error());
+      } else {
+        std::string storage(item.record.storageBytes(), '\0');
+        if (Status status = reader_.readStorage(item, storage.data()); !status)
+          return propagate(status, key + ": " + status.error());
+        if (Status status = zip::copyToContiguous(item.record, storage.data(), storage.size(),
+                                                  live.data.data());
+            !status)
+          return propagate(status, key + ": " + status.error());
+      }
+      bytesRead_ += bytes;
+      out.emplace(key, std::move(live));
+    }
+    return out;
+  }
+
   uint64_t bytesRead() const { return bytesRead_; }
 
 private:
@@ -296,6 +374,15 @@ private:
       std::memcpy(base + run.dstElementOffset * elementSize,
                   elements + run.srcElementOffset * elementSize, run.count * elementSize);
     return Status::success();
+  }
+
+  /// A tensor's bytes (UINT64_MAX when that overflows).
+  static uint64_t tensorBytes(const KeyInfo &info) {
+    uint64_t bytes = dcp::dtypeInfo(info.dtype).elementSize;
+    for (int64_t dim : info.shape)
+      if (dim < 0 || __builtin_mul_overflow(bytes, static_cast<uint64_t>(dim), &bytes))
+        return UINT64_MAX;
+    return bytes;
   }
 
   /// Items up to this size are read whole when only part of them is needed.

@@ -1,4 +1,5 @@
 //===- Save.cpp - Execute a save plan -------------------------------------===//
+#include "LiveItems.h"
 #include "Parallel.h"
 #include "RuntimeSupport.h"
 #include "fsdp/Format/ChunkIndex.h"
@@ -388,16 +389,11 @@ Status writeRankFile(const plan::RankPlan &plan, const RankBuffers &buffers,
 }
 
 /// Bytes items whose payload changed size (carried over from another
-/// checkpoint) move their end; `.metadata` must say so. `parsed` receives
-/// what the returned bytes hold.
-Result<std::string> patchBytesLengths(const std::string &metadataBytes,
-                                      const std::vector<integrity::ItemChecksum> &items,
-                                      dcp::Metadata &parsed) {
-  Result<dcp::Metadata> metadata = dcp::parseMetadata(metadataBytes);
-  if (!metadata)
-    return propagate(metadata, "the plan's .metadata: " + metadata.error());
+/// checkpoint) move their end; `.metadata` must say so. True when any did.
+bool patchBytesLengths(dcp::Metadata &metadata,
+                       const std::vector<integrity::ItemChecksum> &items) {
   bool changed = false;
-  for (auto &[index, info] : metadata->storageData) {
+  for (auto &[index, info] : metadata.storageData) {
     if (index.offset)
       continue;
     for (const integrity::ItemChecksum &item : items)
@@ -407,17 +403,14 @@ Result<std::string> patchBytesLengths(const std::string &metadataBytes,
         changed = true;
       }
   }
-  Result<std::string> bytes =
-      changed ? dcp::serializeMetadata(*metadata) : Result<std::string>(metadataBytes);
-  parsed = metadata.take();
-  return bytes;
+  return changed;
 }
 
-/// The committing rank's part: the integrity index, the chunk index,
-/// `.metadata`, then the rename.
+/// The committing rank's part: the live items, the integrity index, the
+/// chunk index, `.metadata`, then the rename.
 Status commit(const plan::PlanFile &planFile, const std::string &staging, const std::string &target,
               bool targetExists, Storage &storage, const SaveOptions &options,
-              const std::vector<integrity::ItemChecksum> &items, uint64_t &bytesWritten) {
+              std::vector<integrity::ItemChecksum> items, TransferStats &stats) {
   Result<std::string> metadata = planFile.metadataBytes();
   if (!metadata)
     return metadata.failure();
@@ -430,13 +423,14 @@ Status commit(const plan::PlanFile &planFile, const std::string &staging, const 
   // index; covered by the integrity index as one item spanning its file.
   // None when a tensor has more dimensions than it holds: loads then read
   // `.metadata`, as for PyTorch's checkpoints. The plan's, with the
-  // checksums filled in, when it has one and no bytes item changed size:
-  // parsing `.metadata` takes ~25 GB at 6M chunks.
+  // checksums filled in, when it has one, no bytes item changed size and
+  // `.metadata` is the plan's: parsing `.metadata` takes ~25 GB at 6M chunks.
+  bool live = !options.liveItems.empty() || options.liveReplacesPlannedBytes;
   Result<std::string> chunks = planFile.chunkIndexBytes();
   if (!chunks)
     return chunks.failure();
   bool fromPlan = false;
-  if (!chunks->empty()) {
+  if (!chunks->empty() && !live) {
     Result<bool> filled =
         chunkindex::fillChecksums(*chunks, items, index.metadataLength, index.metadataXxh3);
     if (!filled)
@@ -444,15 +438,40 @@ Status commit(const plan::PlanFile &planFile, const std::string &staging, const 
     fromPlan = *filled;
   }
   if (!fromPlan) {
-    // An older plan, or a bytes item changed size: as before, from the
-    // parsed (and patched) `.metadata`.
-    dcp::Metadata parsed;
-    metadata = patchBytesLengths(*metadata, items, parsed);
-    if (!metadata)
-      return metadata.failure();
+    // An older plan, a bytes item that changed size, or live items: from
+    // the parsed `.metadata`, patched, with the live items added.
+    Result<dcp::Metadata> parsed = dcp::parseMetadata(*metadata);
+    if (!parsed)
+      return propagate(parsed, "the plan's .metadata: " + parsed.error());
+    bool changed = patchBytesLengths(*parsed, items);
+    if (live) {
+      if (options.liveReplacesPlannedBytes)
+        dropBytesItems(*parsed);
+      if (Status status = checkLiveKeysAreNew(*parsed, options.liveItems); !status)
+        return status;
+      if (!options.liveItems.empty()) {
+        std::vector<integrity::ItemChecksum> written;
+        uint64_t liveBytes = 0;
+        if (Status status =
+                writeLiveFile(storage, staging, options.liveItems, written, liveBytes);
+            !status)
+          return status;
+        addLiveItems(*parsed, options.liveItems, written);
+        stats.bytes += liveBytes;
+        stats.bytesWrittenStorage += liveBytes;
+        stats.items += options.liveItems.size();
+        items.insert(items.end(), written.begin(), written.end());
+      }
+      changed = true;
+    }
+    if (changed) {
+      metadata = dcp::serializeMetadata(*parsed);
+      if (!metadata)
+        return propagate(metadata, "the .metadata with the live items: " + metadata.error());
+    }
     index.metadataLength = metadata->size();
     index.metadataXxh3 = integrity::xxh3(metadata->data(), metadata->size());
-    chunks = chunkindex::build(parsed, &items, index.metadataLength, index.metadataXxh3);
+    chunks = chunkindex::build(*parsed, &items, index.metadataLength, index.metadataXxh3);
     if (!chunks && chunks.kind() != ErrorKind::Incompatible)
       return propagate(chunks, "the chunk index: " + chunks.error());
   }
@@ -471,7 +490,8 @@ Status commit(const plan::PlanFile &planFile, const std::string &staging, const 
       return status;
   // `.metadata` last: its appearance is DCP's commit point. The marker goes
   // just before the rename; until then the directory's name marks it.
-  bytesWritten += indexBytes.size() + (chunks ? chunks->size() : 0) + metadata->size();
+  stats.bytesWrittenStorage +=
+      indexBytes.size() + (chunks ? chunks->size() : 0) + metadata->size();
   if (Status status = writeFileDurably(storage, staging, ".metadata", *metadata); !status)
     return status;
   if (Status status = storage.removeTree(staging + "/" + kUncommittedMarker); !status)
@@ -514,7 +534,11 @@ Result<TransferStats> saveCheckpoint(const plan::PlanFile &planFile, const plan:
   bool targetExists = false;
   Status prepared;
   if (comm.rank() == root) {
-    Result<std::unique_ptr<Claim>> claimed = storage.claim(lockPathFor(target), claimHolder());
+    // Its live items (every other rank's are ignored) are checked first.
+    prepared = checkLiveItems(options.liveItems);
+    Result<std::unique_ptr<Claim>> claimed =
+        prepared ? storage.claim(lockPathFor(target), claimHolder())
+                 : Result<std::unique_ptr<Claim>>(prepared.failure());
     if (!claimed)
       prepared = claimed.failure();
     else
@@ -557,8 +581,8 @@ Result<TransferStats> saveCheckpoint(const plan::PlanFile &planFile, const plan:
         return makeError("rank " + std::to_string(r) + " sent corrupt checksums: " + part.error());
       all.insert(all.end(), part->items.begin(), part->items.end());
     }
-    return commit(planFile, staging, target, targetExists, storage, options, all,
-                  stats.bytesWrittenStorage);
+    return commit(planFile, staging, target, targetExists, storage, options, std::move(all),
+                  stats);
   };
   Status committed = agreeThenDecide(comm, wrote, integrity::serializeIndex(mine), root, commitAll);
   if (comm.rank() == root) {

@@ -373,6 +373,53 @@ std::function<void(const Progress &)> progressOf(nb::handle callable) {
 }
 
 //===----------------------------------------------------------------------===//
+// Live items
+//===----------------------------------------------------------------------===//
+
+/// The live items _checkpointer.py hands over, each a tuple (key, dtype
+/// name or None for a bytes item, shape, data as bytes, path tuple of str
+/// and int).
+std::vector<LiveItem> liveItemsOf(nb::handle items) {
+  std::vector<LiveItem> out;
+  if (!items.is_valid() || items.is_none())
+    return out;
+  if (!nb::isinstance<nb::list>(items))
+    throw nb::type_error("live_items: expected a list of (key, dtype, shape, data, path)");
+  for (nb::handle entry : nb::borrow<nb::list>(items)) {
+    if (!nb::isinstance<nb::tuple>(entry) || nb::len(entry) != 5)
+      throw nb::type_error("live_items: expected a list of (key, dtype, shape, data, path)");
+    nb::tuple fields = nb::borrow<nb::tuple>(entry);
+    LiveItem item;
+    item.key = nb::cast<std::string>(fields[0]);
+    if (!fields[1].is_none()) {
+      std::string name = nb::cast<std::string>(fields[1]);
+      const dcp::DTypeInfo *info = dcp::findDType(name);
+      if (!info)
+        raise("live item '" + item.key + "': dtype " + name + " is not one a checkpoint holds",
+              ErrorKind::InvalidArgument);
+      item.isTensor = true;
+      item.dtype = info->dtype;
+      item.shape = nb::cast<std::vector<int64_t>>(fields[2]);
+    }
+    if (!nb::isinstance<nb::bytes>(fields[3]))
+      throw nb::type_error("live_items: the data must be bytes");
+    nb::bytes data = nb::borrow<nb::bytes>(fields[3]);
+    item.data.assign(data.c_str(), data.size());
+    for (nb::handle part : fields[4]) {
+      if (PyBool_Check(part.ptr()) ||
+          !(nb::isinstance<nb::int_>(part) || nb::isinstance<nb::str>(part)))
+        throw nb::type_error("live_items: a path holds only str and int parts");
+      if (nb::isinstance<nb::int_>(part))
+        item.path.emplace_back(nb::cast<int64_t>(part));
+      else
+        item.path.emplace_back(nb::cast<std::string>(part));
+    }
+    out.push_back(std::move(item));
+  }
+  return out;
+}
+
+//===----------------------------------------------------------------------===//
 // The async save's handle
 //===----------------------------------------------------------------------===//
 
@@ -711,7 +758,8 @@ public:
   }
 
   static SaveOptions saveOptions(bool overwrite, float step, unsigned threads, bool bufferedIO,
-                                 nb::handle progress) {
+                                 nb::handle progress, nb::handle liveItems,
+                                 bool replacePlannedBytes) {
     SaveOptions options;
     options.overwrite = overwrite;
     options.step = step;
@@ -719,12 +767,16 @@ public:
     options.directIO = !bufferedIO;
     options.progress = progressOf(progress);
     options.writer = "fsdp-mlir python";
+    options.liveItems = liveItemsOf(liveItems);
+    options.liveReplacesPlannedBytes = replacePlannedBytes;
     return options;
   }
 
   nb::dict save(const std::string &dir, bool overwrite, float step, unsigned threads,
-                bool bufferedIO, nb::handle progress) {
-    SaveOptions options = saveOptions(overwrite, step, threads, bufferedIO, progress);
+                bool bufferedIO, nb::handle progress, nb::handle liveItems,
+                bool replacePlannedBytes) {
+    SaveOptions options = saveOptions(overwrite, step, threads, bufferedIO, progress, liveItems,
+                                      replacePlannedBytes);
     std::optional<Result<TransferStats>> stats;
     {
       nb::gil_scoped_release release;
@@ -736,8 +788,10 @@ public:
   }
 
   AsyncSave *saveAsync(const std::string &dir, bool overwrite, float step, unsigned threads,
-                       bool bufferedIO, nb::handle progress) {
-    SaveOptions options = saveOptions(overwrite, step, threads, bufferedIO, progress);
+                       bool bufferedIO, nb::handle progress, nb::handle liveItems,
+                       bool replacePlannedBytes) {
+    SaveOptions options = saveOptions(overwrite, step, threads, bufferedIO, progress, liveItems,
+                                      replacePlannedBytes);
     std::optional<Result<std::shared_ptr<PendingSave>>> started;
     {
       nb::gil_scoped_release release;
@@ -781,6 +835,21 @@ public:
       out["step"] = static_cast<double>(*(*loaded)->step);
     else
       out["step"] = nb::none();
+    nb::dict bytesItems;
+    for (const auto &[key, bytes] : (*loaded)->bytesItems)
+      bytesItems[nb::str(key.data(), key.size())] = nb::bytes(bytes.data(), bytes.size());
+    out["bytes_items"] = bytesItems;
+    // (dtype name, shape, raw data): _checkpointer.py makes the tensors.
+    nb::dict tensorItems;
+    for (const auto &[key, item] : (*loaded)->tensorItems) {
+      nb::list shape;
+      for (int64_t dim : item.shape)
+        shape.append(dim);
+      tensorItems[nb::str(key.data(), key.size())] =
+          nb::make_tuple(dcp::dtypeInfo(item.dtype).name, nb::tuple(shape),
+                         nb::bytes(item.data.data(), item.data.size()));
+    }
+    out["tensor_items"] = tensorItems;
     return out;
   }
 
@@ -818,6 +887,14 @@ NB_MODULE(_core, m) {
   });
 
   m.attr("cuda_built") = cudaBuilt();
+  // The dtypes a checkpoint's tensors may have (torch's names).
+  nb::list dtypeNames;
+  for (int code = 0; code < 256; ++code) {
+    const dcp::DTypeInfo &info = dcp::dtypeInfo(static_cast<dcp::DType>(code));
+    if (static_cast<int>(info.dtype) == code)
+      dtypeNames.append(info.name);
+  }
+  m.attr("dtype_names") = nb::frozenset(dtypeNames);
   m.attr("mpi_built") = PyCheckpointer::mpiBuilt();
   m.def("launched_by_mpi", &launchedByMpi);
 
@@ -843,10 +920,12 @@ NB_MODULE(_core, m) {
       .def("check", &PyCheckpointer::checkValues, "seed"_a)
       .def("refresh_model_weights", &PyCheckpointer::refreshModelWeights, "group"_a = -1)
       .def("save", &PyCheckpointer::save, "dir"_a, "overwrite"_a = false, "step"_a = 1.0f,
-           "threads"_a = 0u, "buffered_io"_a = false, "progress"_a.none() = nb::none())
+           "threads"_a = 0u, "buffered_io"_a = false, "progress"_a.none() = nb::none(),
+           "live_items"_a.none() = nb::none(), "replace_planned_bytes"_a = false)
       .def("save_async", &PyCheckpointer::saveAsync, "dir"_a, "overwrite"_a = false,
            "step"_a = 1.0f, "threads"_a = 0u, "buffered_io"_a = false,
-           "progress"_a.none() = nb::none(), nb::rv_policy::take_ownership)
+           "progress"_a.none() = nb::none(), "live_items"_a.none() = nb::none(),
+           "replace_planned_bytes"_a = false, nb::rv_policy::take_ownership)
       .def("reserve_snapshot", &PyCheckpointer::reserveSnapshot)
       .def("wait_for_pending_save", &PyCheckpointer::waitForPendingSave)
       .def("load", &PyCheckpointer::load, "dir"_a, "sync_model_weights"_a = true,

@@ -705,3 +705,139 @@ def test_fsdp_mlir_torch_is_importable():
     if importlib.util.find_spec("fsdp_mlir.torch") is None:
         pytest.skip("fsdp_mlir.torch is not in this tree yet")
     assert fm.torch.__name__ == "fsdp_mlir.torch"
+
+
+# -- live items ------------------------------------------------------------------
+
+def torch_save_bytes(value):
+    import io
+
+    out = io.BytesIO()
+    torch.save(value, out)
+    return out.getvalue()
+
+
+def torch_load_bytes(data):
+    import io
+
+    return torch.load(io.BytesIO(data), weights_only=False)
+
+
+def some_live_items():
+    ema = torch.arange(6, dtype=torch.float32).reshape(3, 2).t()  # not contiguous
+    return [
+        ("optimizer.param_groups.1.lr", torch_save_bytes(0.05),
+         ("optimizer", "param_groups", 1, "lr")),
+        ("extra.sched", bytearray(torch_save_bytes({"last_epoch": 3, "lrs": [0.1, 0.2]}))),
+        ("extra.ema", ema),
+        ("extra.rng", torch.tensor([1, 2, 250], dtype=torch.uint8)),
+        ("extra.mask", torch.tensor([[True, False], [False, True]])),
+        ("extra.scale", torch.tensor(1.5, dtype=torch.bfloat16)),
+        ("extra.position", torch.tensor(123456789012, dtype=torch.int64), ("extra", "position")),
+        ("extra.raw", memoryview(torch_save_bytes("text"))),
+    ]
+
+
+def test_live_items_round_trip(tmp_path, ck, plan1):
+    assert ck.commit_rank == 0
+    ck.fill(31)
+    items = some_live_items()
+    stats = ck.save(tmp_path / "ck", step=2.0, live_items=items)
+    assert stats["items"] > len(items)
+    assert os.path.exists(tmp_path / "ck" / "__live_0.distcp")
+    assert fm.verify(tmp_path / "ck") is True
+
+    other = fm.Checkpointer(plan1)
+    other.allocate()
+    result = other.load(tmp_path / "ck")
+    other.check(31)
+    assert result["step"] == 2.0
+    bytes_items, tensor_items = result["bytes_items"], result["tensor_items"]
+    # The plan's hyper-parameters and the live bytes items, as saved.
+    assert torch_load_bytes(bytes_items["optimizer.param_groups.0.lr"]) == 0.001
+    assert torch_load_bytes(bytes_items["optimizer.param_groups.1.lr"]) == 0.05
+    assert torch_load_bytes(bytes_items["extra.sched"]) == {"last_epoch": 3, "lrs": [0.1, 0.2]}
+    assert torch_load_bytes(bytes_items["extra.raw"]) == "text"
+    assert set(tensor_items) == {"extra.ema", "extra.rng", "extra.mask", "extra.scale",
+                                 "extra.position"}
+    for key, value, *_ in items:
+        if isinstance(value, torch.Tensor):
+            got = tensor_items[key]
+            assert got.device.type == "cpu" and got.is_contiguous(), key
+            assert got.dtype == value.dtype and got.shape == value.shape, key
+            assert torch.equal(got, value), key
+
+    # torch.distributed.checkpoint reads them too (no process group: one rank).
+    import torch.distributed.checkpoint as dcp
+
+    state = {"extra": {"ema": torch.zeros(2, 3), "rng": torch.zeros(3, dtype=torch.uint8),
+                       "scale": torch.zeros((), dtype=torch.bfloat16),
+                       "sched": {}, "raw": None},
+             # A non-tensor subtree would be one item: these keys are flat.
+             "optimizer.param_groups.0.lr": None, "optimizer.param_groups.1.lr": None}
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.load(state, checkpoint_id=str(tmp_path / "ck"))
+    assert torch.equal(state["extra"]["ema"], items[2][1])
+    assert torch.equal(state["extra"]["rng"], items[3][1])
+    assert state["extra"]["scale"].item() == 1.5
+    assert state["extra"]["sched"] == {"last_epoch": 3, "lrs": [0.1, 0.2]}
+    assert state["extra"]["raw"] == "text"
+    assert state["optimizer.param_groups.0.lr"] == 0.001
+    assert state["optimizer.param_groups.1.lr"] == 0.05
+
+    # Without live items the load returns no tensor items.
+    ck.save(tmp_path / "plain")
+    assert other.load(tmp_path / "plain")["tensor_items"] == {}
+
+
+def test_live_items_replace_planned_bytes(tmp_path, ck, plan1):
+    ck.fill(32)
+    groups = [{"lr": 0.0005, "initial_lr": 0.001}, {"lr": 0.01, "initial_lr": 0.02}]
+    items = [(f"optimizer.param_groups.{g}.{name}", torch_save_bytes(value),
+              ("optimizer", "param_groups", g, name))
+             for g, group in enumerate(groups) for name, value in group.items()]
+    handle = ck.save_async(tmp_path / "ck", live_items=items, replace_planned_bytes=True)
+    items.clear()  # copied at the call
+    handle.wait()
+    assert fm.verify(tmp_path / "ck") is True
+    other = fm.Checkpointer(plan1)
+    other.allocate()
+    result = other.load(tmp_path / "ck")
+    other.check(32)
+    loaded = {key: torch_load_bytes(value) for key, value in result["bytes_items"].items()}
+    assert loaded == {f"optimizer.param_groups.{g}.{name}": value
+                      for g, group in enumerate(groups) for name, value in group.items()}
+    assert result["tensor_items"] == {}
+
+
+def test_live_items_are_checked(tmp_path, ck):
+    ck.fill(33)
+    archive = torch_save_bytes(1.0)
+    type_errors = [
+        3, "abc", {"k": archive}, ["k"], [(1, archive)], [("k", 3.0)], [("k", [1, 2])],
+        [("k", archive, ("a", 1.5))], [("k", archive, ("a", True))], [("k", archive, "ab")],
+    ]
+    for bad in type_errors:
+        with pytest.raises(TypeError):
+            ck.save(tmp_path / "bad", live_items=bad)
+    value_errors = {
+        "each item must be": [("k",)],
+        "must not be empty": [("", archive)],
+        "strided": [("extra.s", torch.zeros(2).to_sparse())],
+        # From the runtime (the committing rank's items):
+        "is given twice": [("extra.a", archive), ("extra.a", archive)],
+        "the plan saves this key": [("optimizer.param_groups.0.lr", archive)],
+        "complete torch.save archive": [("extra.a", b"not an archive")],
+    }
+    for message, bad in value_errors.items():
+        with pytest.raises(ValueError, match=message):
+            ck.save(tmp_path / "bad", live_items=bad)
+    assert not os.path.exists(tmp_path / "bad")
+    assert not os.path.exists(str(tmp_path / "bad") + ".fsdp-staging")
+    # The plan's key is fine once its bytes items are replaced.
+    ck.save(tmp_path / "good", live_items=[("optimizer.param_groups.0.lr", archive)],
+            replace_planned_bytes=True)
+    assert fm.verify(tmp_path / "good") is True

@@ -444,6 +444,7 @@ int run(int argc, char **argv) {
   loadOptions.threads = threads;
   loadOptions.stagingBytes = (stagingMb << 20) / (threads ? threads : defaultThreads());
   loadOptions.syncModelWeights = !noSync && !reshard->parsed();
+  loadOptions.readTensorItems = false; // nothing here uses them
   loadOptions.progress = progressPrinter(load->parsed() ? "load" : "reshard", speaks);
   if (speaks)
     loadOptions.notice = [command](const std::string &text) {

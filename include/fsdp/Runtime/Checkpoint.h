@@ -6,7 +6,8 @@
 // marked uncommitted; all ranks agree before anyone writes. Every rank then
 // writes its planned items into it (zip headers as planned, data straight
 // from its buffers, CRC32 and xxh3 computed while the bytes stream), fsyncs,
-// and all ranks agree on success; only then the committing rank writes the
+// and all ranks agree on success; only then the committing rank writes its
+// live items (the caller's, LiveItem.h: `__live_0.distcp`, fsync), the
 // integrity index and `.metadata` (tmp, fsync, rename), removes the marker
 // and renames the staging directory into place (atomically exchanging it
 // with an existing checkpoint when asked to overwrite). Any failure: nothing
@@ -18,8 +19,9 @@
 // overlapping saved chunk (one contiguous range per row-range overlap),
 // checking each item the first time it is read (its xxh3 in `.fsdp-index`,
 // or its zip CRC when there is no index) and that saved chunks overlapping
-// each other agree, then refreshes model_weight from main_weight. Errors
-// name the file and key.
+// each other agree, then refreshes model_weight from main_weight. Every
+// bytes item, and every small whole tensor the plan does not read, comes
+// back in LoadResult (checked). Errors name the file and key.
 //
 //===----------------------------------------------------------------------===//
 #ifndef FSDP_RUNTIME_CHECKPOINT_H
@@ -28,6 +30,7 @@
 #include "fsdp/Plan/PlanFile.h"
 #include "fsdp/Runtime/Buffers.h"
 #include "fsdp/Runtime/Communicator.h"
+#include "fsdp/Runtime/LiveItem.h"
 #include "fsdp/Runtime/MemoryBackend.h"
 #include "fsdp/Runtime/Storage.h"
 
@@ -111,6 +114,16 @@ struct SaveOptions {
   /// Bytes items to write instead of the plan's payloads (reshard carries
   /// the source checkpoint's hyper-parameters over), by key.
   std::map<std::string, std::string> bytesItems;
+  /// Items the caller supplies at this save (LiveItem.h): the committing
+  /// rank's are written, into `__live_0.distcp`, and added to `.metadata`;
+  /// every other rank's are ignored. A live key the plan also saves fails
+  /// the save (invalid argument), as do items checkLiveItems refuses.
+  std::vector<LiveItem> liveItems;
+  /// Drop the plan's bytes items (its `optimizer.param_groups.0.*`) from
+  /// `.metadata`: the live items replace them (every param group as it is
+  /// now). The planned items are still written and checksummed, but no
+  /// longer referenced.
+  bool liveReplacesPlannedBytes = false;
   std::function<void(const Progress &)> progress;
   std::string writer = "fsdp-mlir runtime";
 };
@@ -128,6 +141,15 @@ struct LoadOptions {
   std::function<void(const Progress &)> progress;
   /// Told once what a user should know (a checkpoint without an index).
   std::function<void(const std::string &)> notice;
+  /// Read the checkpoint's small tensors the plan does not save into
+  /// LoadResult::tensorItems (off: skipped, as the tools do). The
+  /// committing rank lists them for all (one broadcast).
+  bool readTensorItems = true;
+  /// Every key the plan saves, sorted: called on the committing rank only,
+  /// whose list for tensorItems leaves them out (Checkpointer::load sets it
+  /// from the plan). None: only the committing rank's own reads count as
+  /// planned.
+  std::function<Result<const std::vector<std::string> *>()> plannedKeys;
   /// The rank that decides for all (the plan's committing rank).
   int64_t root = 0;
   /// This rank's replica group (DataPlane.h): when set, the members split
@@ -143,6 +165,12 @@ struct LoadResult {
   /// The checkpoint's bytes items (hyper-parameters), by key: what a
   /// reshard carries over.
   std::map<std::string, std::string> bytesItems;
+  /// Every tensor of the checkpoint that the plan does not save (live
+  /// tensor items, say; LoadOptions::plannedKeys), when saved as one chunk
+  /// covering it of at most kMaxTensorItemBytes, read and checked: its
+  /// dtype, shape and raw C-order data. Larger or chunked ones are skipped.
+  std::map<std::string, LiveItem> tensorItems;
+  static constexpr uint64_t kMaxTensorItemBytes = uint64_t(64) << 20;
 };
 
 Result<TransferStats> saveCheckpoint(const plan::PlanFile &planFile, const plan::RankPlan &plan,

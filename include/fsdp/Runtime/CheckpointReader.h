@@ -121,6 +121,11 @@ public:
   chunksOverlapping(const std::string &key, const dcp::Dims &offsets, const dcp::Dims &sizes) const;
   /// Every bytes item's key, sorted.
   std::vector<std::string> bytesKeys() const;
+  /// Every tensor's key, sorted.
+  std::vector<std::string> tensorKeys() const;
+  /// Every saved chunk of tensor `key`, in offsets order (none for a missing
+  /// key or a bytes item).
+  Result<std::vector<SavedChunk>> chunksOf(const std::string &key) const;
   /// For each read of a rank's plan, the saved chunks it needs: those that
   /// overlap its piece (a tensor piece) or the step's one chunk; none where
   /// the checkpoint lacks the key or holds it with another shape (the load

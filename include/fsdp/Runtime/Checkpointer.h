@@ -127,6 +127,9 @@ public:
   /// once); its outcome stays with its PendingSave.
   void waitForPendingSave();
   Result<LoadResult> load(const std::string &dir, LoadOptions options = {});
+  /// Every key the plan saves, sorted (from the plan's global part, read
+  /// once): what a load leaves out of LoadResult::tensorItems.
+  Result<const std::vector<std::string> *> plannedKeys();
   /// The deterministic test values (docs/TestValues.md).
   Status fill(uint32_t seed);
   /// Every rank checks its pieces; one rank's mismatch fails every rank.
@@ -160,6 +163,7 @@ private:
   std::shared_ptr<PendingSave> pending_;
   std::map<std::pair<int32_t, plan::BufferRole>, void *> bound_;
   std::optional<RankBuffers> buffers_;
+  std::optional<std::vector<std::string>> plannedKeys_;
 };
 
 } // namespace runtime

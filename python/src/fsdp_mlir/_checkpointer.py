@@ -158,6 +158,11 @@ class Checkpointer:
         return self._core.world_size
 
     @property
+    def commit_rank(self):
+        """The plan's committing rank: the one whose live_items a save writes."""
+        return self._core.root
+
+    @property
     def plan(self):
         return self._core.plan
 
@@ -235,30 +240,45 @@ class Checkpointer:
 
     # -- save and load --------------------------------------------------------
     def save(self, dir, overwrite=False, step=1.0, *, progress=None, threads=0,
-             buffered_io=False):
+             buffered_io=False, live_items=None, replace_planned_bytes=False):
         """Saves every rank's buffers into `dir` (collective); returns this
         rank's stats: {"rank", "bytes", "items", "seconds", "stall_seconds",
-        "bytes_read_storage", "bytes_written_storage", "bytes_from_peers"}."""
+        "bytes_read_storage", "bytes_written_storage", "bytes_from_peers"}.
+
+        live_items: what the plan does not know, as it is at this save: a
+        sequence of (key, value) or (key, value, path), value a complete
+        torch.save archive (bytes, bytearray, memoryview: a bytes item, as
+        DCP saves a non-tensor) or a torch tensor (any device; saved as a
+        C-contiguous CPU tensor), path the key's nesting (a tuple of str and
+        int; default: the key alone). Only the committing rank's
+        (commit_rank) are written; the others' are checked and ignored.
+        replace_planned_bytes: drop the plan's optimizer.param_groups.0.*
+        (the live items then give every param group)."""
         self._collective("save")
+        live = _live_items(live_items, self.rank == self.commit_rank)
         self._sync_device()
         bar = _Progress(progress, "save")
         try:
             return self._core.save(os.fspath(dir), bool(overwrite), float(step), int(threads),
-                                   bool(buffered_io), bar.callback)
+                                   bool(buffered_io), bar.callback, live,
+                                   bool(replace_planned_bytes))
         finally:
             bar.close()
 
     def save_async(self, dir, overwrite=False, step=1.0, *, progress=None, threads=0,
-                   buffered_io=False):
+                   buffered_io=False, live_items=None, replace_planned_bytes=False):
         """Starts a save and returns once every byte it saves is copied to
-        host memory (the buffers may change from then on); the writes and
-        the commit run in the background. Returns a SaveHandle: wait()."""
+        host memory (the buffers may change from then on; live_items, as
+        for save, are copied too); the writes and the commit run in the
+        background. Returns a SaveHandle: wait()."""
         self._collective("save_async")
+        live = _live_items(live_items, self.rank == self.commit_rank)
         self._sync_device()
         bar = _Progress(progress, "save")
         try:
             handle = self._core.save_async(os.fspath(dir), bool(overwrite), float(step),
-                                           int(threads), bool(buffered_io), bar.callback)
+                                           int(threads), bool(buffered_io), bar.callback, live,
+                                           bool(replace_planned_bytes))
         except BaseException:
             bar.close()
             raise
@@ -267,8 +287,11 @@ class Checkpointer:
     def load(self, dir, sync_model_weights=True, *, progress=None, threads=0,
              verify_checksums=True):
         """Loads `dir` (any DCP checkpoint, any saved layout) into this
-        plan's layout (collective); returns this rank's stats and "step"
-        (the optimizer step found, or None)."""
+        plan's layout (collective); returns this rank's stats, "step" (the
+        optimizer step found, or None), "bytes_items" ({key: bytes}: every
+        bytes item's torch.save archive; torch.load(io.BytesIO(b)) reads
+        one) and "tensor_items" ({key: CPU tensor}: every tensor the plan
+        does not save, when it is one chunk of at most 64 MiB)."""
         self._collective("load")
         self._sync_device()
         bar = _Progress(progress, "load")
@@ -278,6 +301,8 @@ class Checkpointer:
         finally:
             bar.close()
         self._sync_device()
+        result["tensor_items"] = {key: _tensor_of(*raw)
+                                  for key, raw in result["tensor_items"].items()}
         return result
 
     def reserve_snapshot(self):
@@ -308,6 +333,81 @@ class Checkpointer:
     def __repr__(self):
         return (f"fsdp_mlir.Checkpointer(plan={self.plan!r}, rank={self.rank}, "
                 f"world_size={self.world_size}, device={self.device!r})")
+
+
+def _live_items(items, convert):
+    """save's live_items as the extension takes them: [(key, dtype name or
+    None, shape, data, path)]. Checked on every rank; the data converted only
+    where `convert` (the committing rank), else none are passed."""
+    if items is None:
+        return []
+    if isinstance(items, (str, bytes, dict)) or not hasattr(items, "__iter__"):
+        raise TypeError("live_items must be a sequence of (key, value) or (key, value, path), "
+                        f"not {type(items).__name__}")
+    torch = _torch()
+    out = []
+    for entry in items:
+        if not isinstance(entry, (tuple, list)):
+            raise TypeError("live_items: each item must be a (key, value) or (key, value, path) "
+                            f"tuple, not {type(entry).__name__}")
+        if len(entry) not in (2, 3):
+            raise ValueError("live_items: each item must be (key, value) or (key, value, path), "
+                             f"not {len(entry)} values")
+        key, value = entry[0], entry[1]
+        path = entry[2] if len(entry) == 3 else ()
+        if not isinstance(key, str):
+            raise TypeError(f"live_items: a key must be a str, not {type(key).__name__}")
+        if not key:
+            raise ValueError("live_items: a key must not be empty")
+        if path is None:
+            path = ()
+        if not isinstance(path, (tuple, list)):
+            raise TypeError(f"live item {key!r}: the path must be a tuple of str and int, not "
+                            f"{type(path).__name__}")
+        for part in path:
+            if isinstance(part, bool) or not isinstance(part, (str, int)):
+                raise TypeError(f"live item {key!r}: a path part must be a str or an int, not "
+                                f"{type(part).__name__}")
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            item = (key, None, (), bytes(value) if convert else b"", tuple(path))
+        elif torch is not None and isinstance(value, torch.Tensor):
+            if value.is_sparse or value.layout != torch.strided:
+                raise ValueError(f"live item {key!r}: a strided (dense) tensor is needed, not "
+                                 f"{value.layout}")
+            dtype = str(value.dtype).replace("torch.", "")
+            if dtype not in _core.dtype_names:
+                raise ValueError(f"live item {key!r}: a checkpoint cannot hold {value.dtype}")
+            item = (key, dtype, tuple(value.shape), _tensor_bytes(value) if convert else b"",
+                    tuple(path))
+        else:
+            raise TypeError(f"live item {key!r}: the value must be bytes (a torch.save archive) "
+                            f"or a torch tensor, not {type(value).__name__}")
+        out.append(item)
+    return out if convert else []
+
+
+def _tensor_bytes(tensor):
+    """The raw little-endian elements of a tensor in C order, from the host."""
+    import ctypes
+    import sys
+
+    if sys.byteorder != "little":  # pragma: no cover
+        raise ValueError("live tensor items need a little-endian host")
+    flat = tensor.detach().to("cpu").contiguous().reshape(-1)
+    size = flat.numel() * flat.element_size()
+    return ctypes.string_at(flat.data_ptr(), size) if size else b""
+
+
+def _tensor_of(dtype, shape, data):
+    """A CPU tensor of `dtype` and `shape` over a copy of its raw elements."""
+    torch = _torch()
+    if torch is None:  # pragma: no cover
+        raise ImportError("load's tensor_items need torch")
+    kind = getattr(torch, dtype)
+    if not data:
+        return torch.empty(tuple(shape), dtype=kind)
+    flat = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    return flat.view(kind).reshape(tuple(shape))
 
 
 def _seed(seed):
