@@ -130,9 +130,9 @@ def test_attach_refuses_other_models(tmp_path):
 
 
 def test_attach_initialises_missing_optimizer_state(tmp_path):
-    """No optimizer state yet: a zero-gradient step with lr 0 creates it (no weight moves,
-    weight decay included), it is moved into packed buffers, and the optimizer keeps working
-    on those views."""
+    """No optimizer state yet: attach creates what torch's Adam creates on its first step (step
+    0, zero moments) directly in packed buffers, without a step: no weight moves, the step
+    count stays 0, and the optimizer keeps working on those views."""
     plan, layout = compiled(tmp_path, 1)
     packed = tp.pack(fresh_model(), layout, 0, with_state=False, weight_decay=0.5, lr=0.1)
     assert len(packed.optimizer.state) == 0
@@ -150,7 +150,9 @@ def test_attach_initialises_missing_optimizer_state(tmp_path):
         buf = att.buffers[(g.index, "exp_avg")]
         for m in g.members:
             st = packed.optimizer.state[att.params[m.fqn]]
-            assert float(st["step"]) == 1.0
+            assert float(st["step"]) == 0.0
+            assert st["step"].dtype == torch.float32 and st["step"].device.type == "cpu"
+            assert not st["exp_avg"].any() and not st["exp_avg_sq"].any()
             if m.rows:
                 assert st["exp_avg"].untyped_storage().data_ptr() == buf.untyped_storage().data_ptr()
                 assert st["exp_avg"].storage_offset() - buf.storage_offset() == m.local_offset
@@ -171,7 +173,8 @@ def test_attach_initialises_missing_optimizer_state(tmp_path):
 
 def test_attach_init_with_grad_dtype(tmp_path):
     """Parameters marked with grad_dtype (bf16 main grads of f32 main weights), as Megatron-FSDP
-    marks them: the priming gradient takes that dtype (the seed's _init_optimizer_state)."""
+    marks them: the state is created without a gradient or a step, so grad_dtype, the gradient
+    and the weights stay as they were."""
     if not hasattr(torch.Tensor, "grad_dtype"):
         pytest.skip("this torch has no Tensor.grad_dtype")
     plan, layout = compiled(tmp_path, 1)
@@ -181,9 +184,39 @@ def test_attach_init_with_grad_dtype(tmp_path):
     before = p.detach().clone()
     packed.attach(plan)
     st = packed.optimizer.state[p]
-    assert float(st["step"]) == 1.0  # one priming step, even when torch's Adam refused bf16
+    assert float(st["step"]) == 0.0
     assert p.grad_dtype == torch.bfloat16 and p.grad is None
     assert torch.equal(p.detach(), before)
+
+
+def test_attach_then_training_is_unchanged(tmp_path):
+    """Two steps after attach give bit for bit what two steps without it give: the same
+    weights, moments and step counts (no priming step, no lr-0 step)."""
+    plan, layout = compiled(tmp_path, 1)
+
+    def train(attach):
+        packed = tp.pack(fresh_model(), layout, 0, with_state=False, weight_decay=0.1, lr=0.01)
+        if attach:
+            packed.attach(plan)
+        for step in range(2):
+            torch.manual_seed(100 + step)
+            for p in packed.model.parameters():
+                if p.requires_grad:
+                    p.grad = torch.randn_like(p)
+            packed.optimizer.step()
+        params = {k: v.detach().clone() for k, v in packed.model.named_parameters()}
+        state = {packed_name: {n: (t.clone() if isinstance(t, torch.Tensor) else t)
+                               for n, t in packed.optimizer.state[p].items()}
+                 for packed_name, p in packed.model.named_parameters() if p.requires_grad}
+        return params, state
+
+    plain, attached = train(False), train(True)
+    for k in plain[0]:
+        assert torch.equal(plain[0][k], attached[0][k]), k
+    for k in plain[1]:
+        for n in plain[1][k]:
+            assert torch.equal(plain[1][k][n], attached[1][k][n]), (k, n)
+        assert float(attached[1][k]["step"]) == 2.0
 
 
 def test_attach_refuses_state_in_another_layout(tmp_path):
@@ -226,7 +259,8 @@ def test_save_load_one_process(tmp_path):
 def test_unattached_refused(tmp_path):
     plan, layout = compiled(tmp_path, 1)
     packed = tp.pack(fresh_model(), layout, 0)
-    with pytest.raises(ValueError, match="never attached"):
+    # A model packed by hand records no units or mesh: it cannot be described from itself.
+    with pytest.raises(ValueError, match="never attached.*does not record its units"):
         fmt.save_checkpoint(packed.model, packed.optimizer, tmp_path / "ck")
     with pytest.raises(ValueError, match="never attached"):
         fmt.load_checkpoint(packed.model, packed.optimizer, tmp_path / "ck")

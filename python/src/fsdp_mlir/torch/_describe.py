@@ -1,0 +1,205 @@
+"""describe: the fsdp-model-v1 description (docs/ModelDescription.md) of a torch module."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Iterable, List, Mapping, Optional
+
+import torch
+
+from ._dtypes import short_dtype as _short_dtype
+
+def _is_dtensor(t) -> bool:
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # pragma: no cover - torch without torch.distributed
+        return False
+    return isinstance(t, DTensor)
+
+
+def _storage_key(p):
+    """What makes two parameters one storage: the same object, or the same memory viewed the
+    same way. Meta tensors (a model built without memory) share no storage: identity only."""
+    t = p._local_tensor if _is_dtensor(p) else p
+    if t.device.type == "meta":
+        return ("id", id(p))
+    try:
+        ptr = t.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return ("id", id(p))
+    if ptr == 0:
+        return ("id", id(p))
+    return ("mem", t.device.type, t.device.index, ptr, t.storage_offset(), tuple(t.shape),
+            tuple(t.stride()), t.dtype)
+
+
+def _mesh_list(mesh) -> List[Dict[str, Any]]:
+    if isinstance(mesh, Mapping):
+        items = list(mesh.items())
+    elif isinstance(mesh, int):
+        items = [("dp", mesh)]
+    else:
+        items = []
+        for axis in mesh:
+            if isinstance(axis, Mapping):
+                items.append((axis.get("name"), axis.get("size")))
+            else:
+                name, size = axis
+                items.append((name, size))
+    out = []
+    for name, size in items:
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"describe: mesh axis names must be non-empty strings, got {name!r}")
+        if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
+            raise ValueError(f"describe: mesh axis {name!r} needs a positive integer size, "
+                             f"got {size!r}")
+        out.append({"name": name, "size": size})
+    if not out:
+        raise ValueError("describe: the mesh needs at least one axis")
+    return out
+
+
+def _placements_list(placements, axes: Optional[int]) -> List[str]:
+    if isinstance(placements, str):
+        placements = [p.strip() for p in placements.split(",")]
+    out = [str(p) for p in placements]
+    for p in out:
+        if p not in ("shard", "replicate"):
+            raise ValueError(f"describe: placements are 'shard' or 'replicate', got {p!r}")
+    if axes is not None and len(out) != axes:
+        raise ValueError(f"describe: {len(out)} placements for a mesh of {axes} axes")
+    return out
+
+
+def _optimizer_dict(optimizer, state_dtype) -> Dict[str, Any]:
+    kind = None
+    if isinstance(optimizer, torch.optim.AdamW):
+        kind = "adamw"
+    elif isinstance(optimizer, torch.optim.Adam):
+        kind = "adamw" if optimizer.defaults.get("decoupled_weight_decay") else "adam"
+    if kind is None:
+        raise ValueError(f"describe: optimizer {type(optimizer).__name__} is not supported "
+                         "(torch.optim.Adam or torch.optim.AdamW)")
+    groups = optimizer.param_groups
+
+    def number(x):
+        return float(x.item()) if isinstance(x, torch.Tensor) else float(x)
+
+    # Group 0's hyper-parameters are the description's (what fsdp-ckpt writes); a save through
+    # fsdp_mlir.torch writes every group's live values instead, so groups may differ.
+    first = groups[0]
+    lr, betas, eps, wd = (number(first["lr"]), tuple(number(b) for b in first["betas"]),
+                          number(first["eps"]), number(first["weight_decay"]))
+    if any(g.get("amsgrad") for g in groups):
+        raise ValueError("describe: amsgrad=True keeps max_exp_avg_sq, which fsdp-model-v1 does "
+                         "not describe yet (exp_avg and exp_avg_sq only)")
+    if state_dtype is None:
+        state_dtype = "f32"
+        for st in optimizer.state.values():
+            t = st.get("exp_avg") if isinstance(st, Mapping) else None
+            if isinstance(t, torch.Tensor):
+                state_dtype = _short_dtype(t.dtype, "optimizer state")
+                break
+    return {"kind": kind, "lr": lr, "betas": list(betas), "eps": eps, "weight_decay": wd,
+            "state_dtype": _short_dtype(state_dtype, "state_dtype")}
+
+
+def describe(module: torch.nn.Module, units: Iterable = (), mesh=None,
+             placements=("shard",), optimizer=None, main_params_dtype="float32",
+             main_grads_dtype=None, *, state_dtype=None,
+             param_dtypes: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+    """The fsdp-model-v1 description (docs/ModelDescription.md) of `module`.
+
+    units: the `fully_shard` modules, as FQNs or module objects; the root is always a unit
+    (it owns what no listed unit owns, as a final `fully_shard(model)` does). mesh: {"dp": N}
+    (or [("dp_outer", 2), ("dp_shard", 4)], or None to give it at compile time). placements:
+    one per mesh axis for every unit. optimizer: a torch.optim.Adam/AdamW whose
+    hyper-parameters the checkpoint stores. Tied parameters (one storage under several names)
+    carry `tied_to` their first FQN; frozen ones (requires_grad=False) `requires_grad: false`.
+    DTensor parameters are described by their global shape. Works on meta-device models.
+    param_dtypes: {fqn: dtype} for parameters whose tensor is not of the model's dtype (after
+    Megatron-FSDP's fully_shard a parameter is its f32 main weight; the model dtype is that of
+    its compute weight).
+    """
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"describe: expected a torch.nn.Module, got {type(module).__name__}")
+    mesh_axes = _mesh_list(mesh) if mesh is not None else None
+    placements = _placements_list(placements, len(mesh_axes) if mesh_axes else None)
+
+    fqn_of_module = {}
+    for name, m in module.named_modules(remove_duplicate=False):
+        fqn_of_module.setdefault(id(m), name)
+    unit_fqns = {""}
+    for u in units:
+        if isinstance(u, torch.nn.Module):
+            if id(u) not in fqn_of_module:
+                raise ValueError(f"describe: unit {type(u).__name__} is not a submodule of the "
+                                 "model")
+            unit_fqns.add(fqn_of_module[id(u)])
+        elif isinstance(u, str):
+            try:
+                module.get_submodule(u)
+            except AttributeError:
+                raise ValueError(f"describe: unit {u!r} is not a submodule of the model") from None
+            unit_fqns.add(u)
+        else:
+            raise TypeError(f"describe: units are module FQNs or modules, got {type(u).__name__}")
+
+    fully_shard = {"placements": list(placements),
+                   "main_params_dtype": _short_dtype(main_params_dtype, "main_params_dtype")}
+    if main_grads_dtype is not None:
+        fully_shard["main_grads_dtype"] = _short_dtype(main_grads_dtype, "main_grads_dtype")
+
+    first_fqn_of_storage: Dict[Any, str] = {}
+    seen_modules = set()
+
+    def visit(m: torch.nn.Module, name: str, prefix: str) -> Dict[str, Any]:
+        fqn = prefix
+        node: Dict[str, Any] = {"name": name}
+        if fqn in unit_fqns:
+            node["fully_shard"] = dict(fully_shard, placements=list(placements))
+        params = []
+        for pname, p in m._parameters.items():
+            if p is None:
+                continue
+            pfqn = f"{fqn}.{pname}" if fqn else pname
+            shape = list(p.shape)
+            if not shape:
+                raise ValueError(f"describe: parameter {pfqn!r} is 0-d; fsdp-model-v1 packs "
+                                 "parameters by rows (give it shape [1])")
+            dtype = (param_dtypes or {}).get(pfqn, p.dtype)
+            entry: Dict[str, Any] = {"name": pname, "shape": shape,
+                                     "dtype": _short_dtype(dtype, f"parameter {pfqn!r}")}
+            if not p.requires_grad:
+                entry["requires_grad"] = False
+            key = _storage_key(p)
+            if key in first_fqn_of_storage:
+                entry["tied_to"] = first_fqn_of_storage[key]
+            else:
+                first_fqn_of_storage[key] = pfqn
+            params.append(entry)
+        if params:
+            node["params"] = params
+        children = []
+        for cname, c in m._modules.items():
+            if c is None:
+                continue
+            if id(c) in seen_modules:
+                # A module registered twice: its parameters are tied to the first occurrence.
+                pass
+            seen_modules.add(id(c))
+            children.append(visit(c, cname, f"{fqn}.{cname}" if fqn else cname))
+        if children:
+            node["children"] = children
+        return node
+
+    # Tied parameters must be found in named_parameters() order (own parameters first, then
+    # children, depth first): exactly the order of visit().
+    root = visit(module, "", "")
+    out: Dict[str, Any] = {"format": "fsdp-model-v1"}
+    if mesh_axes is not None:
+        out["mesh"] = mesh_axes
+    if optimizer is not None:
+        out["optimizer"] = _optimizer_dict(optimizer, state_dtype)
+    out["module"] = root
+    return out
+
