@@ -59,7 +59,8 @@ def compiled_plan(desc) -> str:
         except Exception as e:  # reported on every rank below
             error = e
     if distributed:
-        failed = torch.tensor([0 if error is None else 1])
+        device = "cuda" if dist.get_backend() == "nccl" else "cpu"
+        failed = torch.tensor([0 if error is None else 1], device=device)
         dist.all_reduce(failed)
         if int(failed.item()):
             if error is not None:
@@ -85,5 +86,9 @@ def attach_from_model(model, optimizer, what: str):
             "record its units and mesh: describe it (fm.torch.describe), compile it "
             "(fm.compile) and call fm.torch.attach(model, optimizer, plan, comm) once")
     desc = describe(model, optimizer=optimizer, **options)
+    if "optimizer" in desc:
+        # Hyper-parameters are live (every save writes the optimizer's own): the plan needs only
+        # which state the optimizer keeps, so an LR schedule never changes the cache key.
+        desc["optimizer"] = {k: desc["optimizer"][k] for k in ("kind", "state_dtype")}
     attach(model, optimizer, compiled_plan(desc))
     return attached(model)
