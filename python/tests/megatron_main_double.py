@@ -2,12 +2,16 @@
 checkpointer must live with. Every sharded parameter keeps its FsdpParameterGroup as a
 `weakref.ref` in `_mfsdp_parameter_group` (Megatron-LM 19c50e86), and every optimizer step
 replaces each group's `model_weight` DBuffer with a new one before casting into it (01dc20b4), so
-a model_weight looked up before a step is never read again. Test support only."""
+a model_weight looked up before a step is never read again; groups list their parameters as
+main does, in `fsdp_parameters` records. Test support only."""
 
+import collections
 import contextlib
 import weakref
 
 ATTR = "_mfsdp_parameter_group"
+# main's per-parameter record in FsdpParameterGroup.fsdp_parameters.
+FsdpParameter = collections.namedtuple("FsdpParameter", "fqns sharded unsharded")
 
 
 def _deref(parameter):
@@ -47,6 +51,9 @@ def make_main_style(model):
     model._main_double_groups = groups  # the strong references main's modules hold
 
     for group in groups:
+        group.fsdp_parameters = tuple(
+            FsdpParameter((name,), s, u) for name, s, u in
+            zip(group.parameter_names, group.sharded_parameters, group.unsharded_parameters))
         for p in tuple(group.sharded_parameters) + tuple(group.unsharded_parameters):
             setattr(p, ATTR, weakref.ref(group))
         if group.model_weight is group.main_weight:

@@ -37,6 +37,11 @@ class MegatronFSDP(Adapter):
     def detect(cls, model) -> bool:
         return any(cls.parameter_group(p) is not None for p in model.parameters())
 
+    @staticmethod
+    def sharded_parameters(group):
+        """The group's sharded parameters (the ones the model and optimizer hold)."""
+        return tuple(group.sharded_parameters)
+
     def _group(self, params: List[Any]):
         for p in params:
             g = self.parameter_group(p)
@@ -93,7 +98,7 @@ class MegatronFSDP(Adapter):
         placements = [_placement_name(p) for p in first.main_weight.placements]
         trainable = [g for g in groups if g.main_grad is not None]
         param_dtypes = {}
-        sharded = {id(p): g for g in groups for p in g.sharded_parameters}
+        sharded = {id(p): g for g in groups for p in self.sharded_parameters(g)}
         for fqn, p in model.named_parameters(remove_duplicate=False):
             g = sharded.get(id(p)) or self.parameter_group(p)
             if g is not None:
