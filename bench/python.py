@@ -150,8 +150,10 @@ def reported_seconds(argv):
 
 
 def data_bytes(ckdir):
+    """The planned data files' bytes (the live items' file, which only the Python path writes:
+    the optimizer's param groups as they are, is left out)."""
     return sum(os.path.getsize(os.path.join(ckdir, f)) for f in os.listdir(ckdir)
-               if f.endswith(".distcp"))
+               if f.endswith(".distcp") and not f.startswith("__live_"))
 
 
 def emit(name, value, ref, vs, **extra):
