@@ -252,3 +252,26 @@ def one_group_worker(rank, world, port, ckdir):
         fmt.load_checkpoint(model, opt, ckdir)
     report = fmt.load_checkpoint(model, opt, ckdir, strict=False)
     assert any("param groups" in line for line in report["left"]), report
+
+
+class _Unsaveable:
+    def state_dict(self):
+        return {"f": lambda: 0}  # torch.save cannot pickle a lambda
+
+    def load_state_dict(self, state):
+        pass
+
+
+def bad_extra_worker(rank, world, port, ckdir):
+    mc.install()
+    model, opt = mc.build(world)
+    extra = {"weird": _Unsaveable()} if rank == 0 else {"weird": {"ok": 1}}
+    with pytest.raises(Exception, match="lambda|rank 0"):
+        fmt.save_checkpoint(model, opt, ckdir, extra=extra)
+    assert not os.path.exists(ckdir)
+
+
+def test_extra_that_cannot_be_saved_fails_every_rank(tmp_path):
+    """State one rank cannot serialise fails the save on every rank (no rank waits in the save
+    for it), and nothing is written."""
+    tp.spawn(bad_extra_worker, 2, str(tmp_path / "ck"))

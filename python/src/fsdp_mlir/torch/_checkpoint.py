@@ -44,6 +44,22 @@ def _live_items(att: _Attachment, extra) -> List[_state.Item]:
     return items + shared + mine if att.rank == ck.commit_rank else []
 
 
+def _agree(att: _Attachment, error, what) -> None:
+    """Raises `error` here and a pointer to it on every other rank when any rank has one."""
+    import torch.distributed as dist
+    if att.world_size > 1 and dist.is_available() and dist.is_initialized():
+        group = _process_group(att)
+        device = "cuda" if dist.get_backend(group) == "nccl" else "cpu"
+        flag = torch.tensor([0 if error is None else 1 + dist.get_rank(group)], device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
+        failed = int(flag.item())
+        if failed and error is None:
+            raise ValueError(f"{what}: rank {failed - 1} could not prepare its live state (its "
+                             "error says why); nothing was saved")
+    if error is not None:
+        raise error
+
+
 def _has_per_rank(extra) -> bool:
     return any(isinstance(v, _state.PerRank) for v in (extra or {}).values())
 
@@ -71,7 +87,11 @@ def save_checkpoint(model: torch.nn.Module, optimizer, checkpoint_dir, *, extra=
     path = os.fspath(checkpoint_dir)
     step = (_optim.step_value(att.optimizer, att.trainable_params())
             if att.optimizer is not None else 0.0)
-    items = _live_items(att, extra)
+    try:
+        items, error = _live_items(att, extra), None
+    except Exception as e:  # raised below, after every rank knows (none may wait in the save)
+        items, error = [], e
+    _agree(att, error, "save_checkpoint")
     kwargs = dict(overwrite=overwrite, step=step, live_items=items, replace_planned_bytes=True,
                   **runtime_options)
     if async_save:
