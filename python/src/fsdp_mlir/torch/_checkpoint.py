@@ -10,7 +10,7 @@ framework reads now.
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List
 
 import torch
 

@@ -4,7 +4,7 @@ param groups, which are live: saved as the optimizer holds them at each save, re
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Sequence
 
 import torch
 

@@ -15,6 +15,8 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import torch
 
+from ._describe import _is_dtensor
+
 #: (key, value, path): value a CPU tensor (a tensor item) or bytes (a bytes item).
 Item = Tuple[str, Any, Tuple[Any, ...]]
 
@@ -39,14 +41,6 @@ def to_items(state: Mapping[str, Any]) -> List[Item]:
             torch.save(value, buf)
             items.append((key, buf.getvalue(), tuple(paths[key])))
     return items
-
-
-def _is_dtensor(t) -> bool:
-    try:
-        from torch.distributed.tensor import DTensor
-    except ImportError:  # pragma: no cover
-        return False
-    return isinstance(t, DTensor)
 
 
 def read_bytes_item(key: str, data: bytes):
