@@ -224,12 +224,24 @@ std::optional<KeyInfo> CheckpointReader::keyInfo(const std::string &key) const {
 Result<std::vector<SavedChunk>> CheckpointReader::chunksOverlapping(const std::string &key,
                                                                     const dcp::Dims &offsets,
                                                                     const dcp::Dims &sizes) const {
+  layout::Box target{offsets, sizes};
+  return savedChunks(key, &target);
+}
+
+Result<std::vector<SavedChunk>> CheckpointReader::chunksOf(const std::string &key) const {
+  return savedChunks(key, nullptr);
+}
+
+Result<std::vector<SavedChunk>> CheckpointReader::savedChunks(const std::string &key,
+                                                              const layout::Box *target) const {
   std::vector<SavedChunk> out;
   if (fromChunkIndex_) {
     std::optional<uint64_t> position = chunks_->find(key);
-    if (!position)
+    if (!position || (!target && chunks_->key(*position).isBytes))
       return out;
-    Result<std::vector<chunkindex::Chunk>> found = chunks_->overlapping(*position, offsets, sizes);
+    Result<std::vector<chunkindex::Chunk>> found =
+        target ? chunks_->overlapping(*position, target->offsets, target->sizes)
+               : chunks_->chunks(*position);
     if (!found)
       return propagate(found, printable(found.error()));
     for (chunkindex::Chunk &chunk : *found) {
@@ -245,9 +257,8 @@ Result<std::vector<SavedChunk>> CheckpointReader::chunksOverlapping(const std::s
   const dcp::StorageMetadata *saved = find(key);
   if (!saved || saved->isBytes)
     return out;
-  layout::Box target{offsets, sizes};
   for (const dcp::ChunkMetadata &chunk : saved->chunks) {
-    if (!layout::intersect(layout::Box{chunk.offsets, chunk.sizes}, target))
+    if (target && !layout::intersect(layout::Box{chunk.offsets, chunk.sizes}, *target))
       continue;
     const dcp::StorageInfo *where = storageOf(key, chunk.offsets);
     if (!where)
@@ -261,68 +272,23 @@ Result<std::vector<SavedChunk>> CheckpointReader::chunksOverlapping(const std::s
   return out;
 }
 
-std::vector<std::string> CheckpointReader::bytesKeys() const {
+std::vector<std::string> CheckpointReader::bytesKeys() const { return keysOfKind(true); }
+
+std::vector<std::string> CheckpointReader::tensorKeys() const { return keysOfKind(false); }
+
+std::vector<std::string> CheckpointReader::keysOfKind(bool bytes) const {
   std::vector<std::string> keys;
   if (fromChunkIndex_) {
     for (uint64_t position = 0; position < chunks_->keyCount(); ++position)
-      if (KeyInfo info = chunks_->key(position); info.isBytes)
+      if (KeyInfo info = chunks_->key(position); info.isBytes == bytes)
         keys.push_back(std::move(info.name));
     return keys; // the index is sorted
   }
   for (const auto &[key, saved] : metadata_.stateDictMetadata)
-    if (saved.isBytes)
+    if (saved.isBytes == bytes)
       keys.push_back(key);
   std::sort(keys.begin(), keys.end());
   return keys;
-}
-
-std::vector<std::string> CheckpointReader::tensorKeys() const {
-  std::vector<std::string> keys;
-  if (fromChunkIndex_) {
-    for (uint64_t position = 0; position < chunks_->keyCount(); ++position)
-      if (KeyInfo info = chunks_->key(position); !info.isBytes)
-        keys.push_back(std::move(info.name));
-    return keys; // the index is sorted
-  }
-  for (const auto &[key, saved] : metadata_.stateDictMetadata)
-    if (!saved.isBytes)
-      keys.push_back(key);
-  std::sort(keys.begin(), keys.end());
-  return keys;
-}
-
-Result<std::vector<SavedChunk>> CheckpointReader::chunksOf(const std::string &key) const {
-  std::vector<SavedChunk> out;
-  if (fromChunkIndex_) {
-    std::optional<uint64_t> position = chunks_->find(key);
-    if (!position || chunks_->key(*position).isBytes)
-      return out;
-    Result<std::vector<chunkindex::Chunk>> found = chunks_->chunks(*position);
-    if (!found)
-      return propagate(found, printable(found.error()));
-    for (chunkindex::Chunk &chunk : *found) {
-      out.push_back({std::move(chunk.offsets), std::move(chunk.sizes),
-                     chunks_->fileName(chunk.file), chunk.itemOffset, chunk.itemLength,
-                     std::nullopt});
-      if (chunks_->hasChecksums())
-        out.back().xxh3 = chunk.xxh3;
-    }
-    return out;
-  }
-  const dcp::StorageMetadata *saved = find(key);
-  if (!saved || saved->isBytes)
-    return out;
-  for (const dcp::ChunkMetadata &chunk : saved->chunks) {
-    const dcp::StorageInfo *where = storageOf(key, chunk.offsets);
-    if (!where)
-      return corrupt(printable(key) + ": the chunk at " + dimsText(chunk.offsets) +
-                     " has no storage entry in " + pathOf(".metadata"));
-    out.push_back(
-        {chunk.offsets, chunk.sizes, where->relativePath, where->offset, where->length, {}});
-  }
-  std::sort(out.begin(), out.end(),
-            [](const SavedChunk &a, const SavedChunk &b) { return a.offsets < b.offsets; });
-  return out;
 }
 
 Result<std::vector<std::vector<SavedChunk>>>

@@ -35,6 +35,7 @@
 #include "fsdp/Format/DcpMetadata.h"
 #include "fsdp/Format/IntegrityIndex.h"
 #include "fsdp/Format/Zip.h"
+#include "fsdp/Layout/Overlap.h"
 #include "fsdp/Plan/CheckpointPlan.h"
 #include "fsdp/Runtime/Storage.h"
 
@@ -182,6 +183,11 @@ public:
   uint64_t bytesRead() const { return bytesRead_ + (chunks_ ? chunks_->bytesRead() : 0); }
 
 private:
+  /// chunksOverlapping (`target` set) and chunksOf (null) in one.
+  Result<std::vector<SavedChunk>> savedChunks(const std::string &key,
+                                              const layout::Box *target) const;
+  /// bytesKeys (true) and tensorKeys (false) in one.
+  std::vector<std::string> keysOfKind(bool bytes) const;
   CheckpointReader(std::string dir, Storage &storage, const ReaderOptions &options)
       : dir_(std::move(dir)), storage_(storage), options_(options) {}
   Status readMetadataAndIndex();
