@@ -275,3 +275,46 @@ def test_extra_that_cannot_be_saved_fails_every_rank(tmp_path):
     """State one rank cannot serialise fails the save on every rank (no rank waits in the save
     for it), and nothing is written."""
     tp.spawn(bad_extra_worker, 2, str(tmp_path / "ck"))
+
+
+def errors_worker(rank, world, port, ckdir):
+    """What does not fit is refused with a clear error naming it."""
+    mc.install()
+    model, opt = mc.build(world, two_groups=True)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.8)
+    # Extra state the checkpoint lacks: Incompatible naming the key (strict).
+    with pytest.raises(fm.Incompatible, match="'data.position' is missing"):
+        fmt.load_checkpoint(model, opt, ckdir, extra={"lr_scheduler": sched,
+                                                      "data": {"position": 3}})
+    # A framework buffer that is not the plan's: the model_weight of another dtype.
+    group = next(g for g in mc.parameter_groups(model)
+                 if g.model_weight is not g.main_weight and g.requires_grad)
+    good = group.model_weight.local_buffer
+    group.model_weight.local_buffer = good.to(torch.float16)
+    with pytest.raises(fmt.LayoutMismatch, match="framework's model_weight buffer"):
+        fmt.save_checkpoint(model, opt, ckdir + "-bad")
+    group.model_weight.local_buffer = good
+    assert not os.path.exists(ckdir + "-bad")
+
+
+def test_what_does_not_fit_is_named(tmp_path):
+    ck, saved = str(tmp_path / "ck"), str(tmp_path / "saved")
+    tp.spawn(save_worker, 2, ck, saved, {})
+    tp.spawn(errors_worker, 2, ck)
+
+
+def fsdp2_worker(rank, world, port, ckdir):
+    from torch.distributed.device_mesh import init_device_mesh
+    try:
+        from torch.distributed.fsdp import fully_shard
+    except ImportError:  # pragma: no cover - older torch
+        from torch.distributed._composable.fsdp import fully_shard
+    model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.Linear(4, 2))
+    fully_shard(model, mesh=init_device_mesh("cpu", (world,)))
+    opt = torch.optim.AdamW(model.parameters())
+    with pytest.raises(ValueError, match="torch FSDP2.*Shard\\(0\\)"):
+        fmt.save_checkpoint(model, opt, ckdir)
+
+
+def test_fsdp2_model_refused_with_the_reason(tmp_path):
+    tp.spawn(fsdp2_worker, 2, str(tmp_path / "ck"))
