@@ -30,7 +30,8 @@ class _Attachment:
         self.checkpointer = None
         self.optimizer = None
         self.groups: List[_Group] = []
-        self.params: Dict[str, Any] = {}      # as resolved by the last call
+        self.params: Dict[str, Any] = {}      # as resolved by the last call (set_params)
+        self._members: Dict[int, Tuple[_Group, Any]] = {}
         self.buffers: Dict[Tuple[int, str], torch.Tensor] = {}  # bound by the last call
         self.given: Dict[Tuple[int, str], torch.Tensor] = {}    # attach's buffers=
         self.own: Dict[Tuple[int, str], torch.Tensor] = {}      # allocated here
@@ -42,11 +43,12 @@ class _Attachment:
         self.adapter = None
 
     def member_of(self, p):
-        for g in self.groups:
-            for m in g.members:
-                if self.params.get(m.fqn) is p:
-                    return g, m
-        return None, None
+        """(group, member) of a parameter as resolved by the last call, or (None, None)."""
+        return self._members.get(id(p), (None, None))
+
+    def set_params(self, params: Dict[str, Any]) -> None:
+        self.params = params
+        self._members = {id(params[m.fqn]): (g, m) for g in self.groups for m in g.members}
 
     def fqn_of(self, p) -> str:
         g, m = self.member_of(p)
@@ -197,7 +199,7 @@ def resolve(model, att: _Attachment, what: str) -> None:
     """Looks every buffer up as the model and framework hold it now, checks it against the plan,
     creates missing optimizer state (no step), and binds all of it."""
     try:
-        att.params = _resolve_params(model, att)
+        att.set_params(_resolve_params(model, att))
     except LayoutMismatch as e:
         raise LayoutMismatch(f"{what}: {e}") from None
     adapter = find_adapter(model)
