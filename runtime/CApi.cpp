@@ -19,8 +19,19 @@ static_assert(FSDP_MAIN_WEIGHT == static_cast<int>(plan::BufferRole::MainWeight)
                   FSDP_MODEL_WEIGHT == static_cast<int>(plan::BufferRole::ModelWeight) &&
                   FSDP_MAIN_GRAD == static_cast<int>(plan::BufferRole::MainGrad) &&
                   FSDP_EXP_AVG == static_cast<int>(plan::BufferRole::ExpAvg) &&
-                  FSDP_EXP_AVG_SQ == static_cast<int>(plan::BufferRole::ExpAvgSq),
+                  FSDP_EXP_AVG_SQ == static_cast<int>(plan::BufferRole::ExpAvgSq) &&
+                  FSDP_MAX_EXP_AVG_SQ == static_cast<int>(plan::BufferRole::MaxExpAvgSq) &&
+                  FSDP_MOMENTUM_BUFFER == static_cast<int>(plan::BufferRole::MomentumBuffer) &&
+                  FSDP_MOMENTUM_BUFFER == static_cast<int>(plan::kLastBufferRole),
               "fsdp_runtime.h's role constants disagree with plan::BufferRole");
+
+/// A C caller's role number as the plan's role; out-of-range numbers become
+/// one no buffer has (never truncated into a real role).
+static plan::BufferRole roleOf(int32_t role) {
+  if (role < 0 || role > static_cast<int32_t>(plan::kLastBufferRole))
+    return static_cast<plan::BufferRole>(0xff);
+  return static_cast<plan::BufferRole>(role);
+}
 static_assert(static_cast<int>(dcp::DType::Float64) == 0 &&
                   static_cast<int>(dcp::DType::Float32) == 1 &&
                   static_cast<int>(dcp::DType::Float16) == 2 &&
@@ -143,13 +154,13 @@ void *fsdp_buffer_data(fsdp_checkpointer *c, int32_t group, int32_t role) {
   Result<RankBuffers *> buffers = c->runtime->buffers();
   if (!buffers)
     return nullptr;
-  Result<BufferView> view = (*buffers)->get(group, static_cast<plan::BufferRole>(role));
+  Result<BufferView> view = (*buffers)->get(group, roleOf(role));
   return view ? view->data : nullptr;
 }
 
 int fsdp_bind_buffer(fsdp_checkpointer *c, int32_t group, int32_t role, void *data, char *error,
                      size_t errorSize) {
-  return finish(c->runtime->bind(group, static_cast<plan::BufferRole>(role), data), error,
+  return finish(c->runtime->bind(group, roleOf(role), data), error,
                 errorSize);
 }
 

@@ -121,7 +121,7 @@ Status Checkpointer::allocate() {
 }
 
 Status Checkpointer::bind(int32_t group, plan::BufferRole role, void *data) {
-  if (role < plan::BufferRole::MainWeight || role > plan::BufferRole::ExpAvgSq)
+  if (role > plan::kLastBufferRole)
     return makeError("unknown buffer role " + std::to_string(static_cast<int>(role)),
                      ErrorKind::InvalidArgument);
   bound_[{group, role}] = data;

@@ -56,7 +56,7 @@ inline plan::ModelLayout workedExample(std::vector<int64_t> mesh = {4},
     model.meshAxisNames.push_back("a" + std::to_string(i));
   model.meshSizes = mesh;
   model.optimizer.present = true;
-  model.optimizer.decoupledWeightDecay = true;
+  model.optimizer.kind = plan::OptimizerKind::AdamW;
   model.optimizer.weightDecay = 0.01;
   model.groups.push_back(
       makeGroup("", {{"p0"}, {"p1"}, {"p2"}}, {{5, 3}, {7}, {4, 4}}, mesh, placements));

@@ -31,26 +31,22 @@ uint64_t alignUp(uint64_t value, uint64_t alignment) {
   return (value + alignment - 1) / alignment * alignment;
 }
 
-/// The hyper-parameters PyTorch 2.11's Adam/AdamW state dict holds, in its
-/// order (docs/CheckpointFormat.md).
-const char *const kHyperParameters[] = {"lr",
-                                        "betas",
-                                        "eps",
-                                        "weight_decay",
-                                        "amsgrad",
-                                        "maximize",
-                                        "foreach",
-                                        "capturable",
-                                        "differentiable",
-                                        "fused",
-                                        "decoupled_weight_decay",
-                                        "params"};
-constexpr size_t kNumHyperParameters = sizeof(kHyperParameters) / sizeof(kHyperParameters[0]);
+/// The hyper-parameters PyTorch 2.11-2.15's state dict holds for each kind,
+/// in its order (docs/CheckpointFormat.md).
+const std::vector<const char *> &hyperParameterNames(OptimizerKind kind) {
+  static const std::vector<const char *> adam = {
+      "lr",         "betas",          "eps",   "weight_decay",           "amsgrad", "maximize",
+      "foreach",    "capturable",     "differentiable", "fused", "decoupled_weight_decay",
+      "params"};
+  static const std::vector<const char *> sgd = {
+      "lr",      "momentum",       "dampening", "weight_decay", "nesterov",
+      "maximize", "foreach", "differentiable", "fused",        "params"};
+  return kind == OptimizerKind::SGD ? sgd : adam;
+}
 
-Result<std::string> hyperParameterPickle(const ModelLayout &model, size_t index) {
+Result<std::string> hyperParameterPickle(const ModelLayout &model, const std::string &name) {
   const OptimizerSpec &opt = model.optimizer;
   pickle::Writer writer(pickle::Writer::Options{/*memoizeAll=*/true});
-  std::string name = kHyperParameters[index];
   if (name == "lr")
     writer.real(opt.lr);
   else if (name == "betas") {
@@ -61,10 +57,18 @@ Result<std::string> hyperParameterPickle(const ModelLayout &model, size_t index)
     writer.real(opt.eps);
   else if (name == "weight_decay")
     writer.real(opt.weightDecay);
+  else if (name == "momentum")
+    writer.real(opt.momentum);
+  else if (name == "dampening")
+    writer.real(opt.dampening);
   else if (name == "foreach" || name == "fused")
     writer.none();
   else if (name == "decoupled_weight_decay")
-    writer.boolean(opt.decoupledWeightDecay);
+    writer.boolean(opt.kind == OptimizerKind::AdamW);
+  else if (name == "amsgrad")
+    writer.boolean(opt.amsgrad);
+  else if (name == "nesterov")
+    writer.boolean(opt.nesterov);
   else if (name == "params") {
     writer.emptyList();
     if (!model.optimizerParams.empty()) {
@@ -74,7 +78,7 @@ Result<std::string> hyperParameterPickle(const ModelLayout &model, size_t index)
       writer.appends();
     }
   } else
-    writer.boolean(false); // amsgrad, maximize, capturable, differentiable
+    writer.boolean(false); // maximize, capturable, differentiable
   return writer.finish();
 }
 
@@ -264,7 +268,7 @@ void Planner::shardItems(size_t g, int64_t shard, std::vector<PendingItem> &out)
     for (size_t f = 0; f < member.fqns.size(); ++f)
       add("model." + member.fqns[f], BufferRole::MainWeight, -1, f == 0);
     if (hasOptimizerState(group)) {
-      for (BufferRole role : kShardedStateRoles)
+      for (BufferRole role : model_.optimizer.stateRoles)
         add(optimizerStateKey(member.fqns.front(), bufferRoleName(role)), role, param, true);
     }
   }
@@ -344,9 +348,12 @@ Result<const std::vector<WriteItem> *> Planner::writesOf(int64_t rank) {
   std::vector<WriteItem> writes;
   uint64_t cursor = 0;
   std::vector<PendingItem> pending;
-  // Steps i = rank, rank + W, ... then hyper-parameters (P + j) = rank mod W.
-  int64_t numParams = static_cast<int64_t>(model_.optimizerParams.size());
+  // Steps i = rank, rank + W, ... then hyper-parameters (P + j) = rank mod W
+  // (P = 0 for an optimizer without steps).
+  int64_t numParams =
+      model_.optimizer.hasStep ? static_cast<int64_t>(model_.optimizerParams.size()) : 0;
   if (model_.optimizer.present) {
+    const std::vector<const char *> &names = hyperParameterNames(model_.optimizer.kind);
     for (int64_t i = rank; i < numParams; i += world_)
       pending.push_back({stepKey(model_.optimizerParams[i]),
                          ItemSource::Step,
@@ -357,16 +364,16 @@ Result<const std::vector<WriteItem> *> Planner::writesOf(int64_t rank) {
                          {},
                          {},
                          i});
-    for (size_t j = 0; j < kNumHyperParameters; ++j) {
+    for (size_t j = 0; j < names.size(); ++j) {
       if ((numParams + static_cast<int64_t>(j)) % world_ != rank)
         continue;
-      Result<std::string> pickled = hyperParameterPickle(model_, j);
+      Result<std::string> pickled = hyperParameterPickle(model_, names[j]);
       if (!pickled)
         return pickled.failure();
       Result<std::string> archive = zip::buildObjectItem(*pickled);
       if (!archive)
         return archive.failure();
-      PendingItem item{std::string("optimizer.param_groups.0.") + kHyperParameters[j],
+      PendingItem item{std::string("optimizer.param_groups.0.") + names[j],
                        ItemSource::Bytes,
                        dcp::DType::UInt8,
                        {},
@@ -460,7 +467,7 @@ Result<RankPlan> Planner::planRank(int64_t rank) {
         needsStep[item.param] = true;
     }
   }
-  if (model_.optimizer.present) {
+  if (model_.optimizer.present && model_.optimizer.hasStep) {
     Result<const zip::ItemLayout *> step = tensorLayout(dcp::DType::Float32, {});
     if (!step)
       return step.failure();
@@ -496,13 +503,14 @@ std::vector<Planner::MetadataKey> Planner::metadataKeys() const {
   for (const GroupSpec &group : model_.groups)
     if (hasOptimizerState(group))
       for (const MemberSpec &member : group.members)
-        for (BufferRole role : kShardedStateRoles)
+        for (BufferRole role : model_.optimizer.stateRoles)
           keys.push_back({optimizerStateKey(member.fqns.front(), bufferRoleName(role)),
                           false, group.findBuffer(role)->dtype, member.shape});
   if (model_.optimizer.present) {
-    for (const std::string &fqn : model_.optimizerParams)
-      keys.push_back({stepKey(fqn), false, dcp::DType::Float32, {}});
-    for (const char *name : kHyperParameters)
+    if (model_.optimizer.hasStep)
+      for (const std::string &fqn : model_.optimizerParams)
+        keys.push_back({stepKey(fqn), false, dcp::DType::Float32, {}});
+    for (const char *name : hyperParameterNames(model_.optimizer.kind))
       keys.push_back({std::string("optimizer.param_groups.0.") + name, true, {}, {}});
   }
   return keys;
@@ -842,10 +850,16 @@ uint64_t planIdentity(const ModelLayout &model) {
   }
   const OptimizerSpec &opt = model.optimizer;
   addInt(opt.present);
-  addInt(opt.decoupledWeightDecay);
-  for (double value : {opt.lr, opt.beta1, opt.beta2, opt.eps, opt.weightDecay})
+  addInt(static_cast<int>(opt.kind));
+  for (double value :
+       {opt.lr, opt.beta1, opt.beta2, opt.eps, opt.weightDecay, opt.momentum, opt.dampening})
     XXH3_64bits_update(state, &value, sizeof(value));
+  addInt(opt.amsgrad);
+  addInt(opt.nesterov);
   addInt(static_cast<int>(opt.stateDtype));
+  for (BufferRole role : opt.stateRoles)
+    addInt(static_cast<int>(role));
+  addInt(opt.hasStep);
   for (const GroupSpec &group : model.groups) {
     add(group.unit);
     addInt(static_cast<int>(group.dtype));

@@ -18,8 +18,29 @@ const char *bufferRoleName(BufferRole role) {
     return "exp_avg";
   case BufferRole::ExpAvgSq:
     return "exp_avg_sq";
+  case BufferRole::MaxExpAvgSq:
+    return "max_exp_avg_sq";
+  case BufferRole::MomentumBuffer:
+    return "momentum_buffer";
   }
   return "unknown";
+}
+
+const char *optimizerKindName(OptimizerKind kind) {
+  switch (kind) {
+  case OptimizerKind::Adam:
+    return "adam";
+  case OptimizerKind::AdamW:
+    return "adamw";
+  case OptimizerKind::SGD:
+    return "sgd";
+  }
+  return "unknown";
+}
+
+bool isOptimizerStateRole(BufferRole role) {
+  return role != BufferRole::MainWeight && role != BufferRole::ModelWeight &&
+         role != BufferRole::MainGrad;
 }
 
 const BufferSpec *GroupSpec::findBuffer(BufferRole role) const {
@@ -41,6 +62,11 @@ Status checkModelLayout(const ModelLayout &model) {
       return makeError("mesh sizes must be positive with at most 2^31 ranks in all");
     world *= size;
   }
+  std::set<BufferRole> stateRoles;
+  for (BufferRole role : model.optimizer.stateRoles)
+    if (!isOptimizerStateRole(role) || !stateRoles.insert(role).second)
+      return makeError(std::string("the optimizer's state tensors list ") + bufferRoleName(role) +
+                       " twice or as state");
   std::set<std::string> fqns;
   for (size_t g = 0; g < model.groups.size(); ++g) {
     const GroupSpec &group = model.groups[g];
@@ -67,10 +93,11 @@ Status checkModelLayout(const ModelLayout &model) {
                        std::to_string(shards) + " shards != size " + std::to_string(group.size));
     if (!group.findBuffer(BufferRole::MainWeight))
       return makeError(where + ": no main_weight buffer");
-    if (group.requiresGrad && model.optimizer.present &&
-        (!group.findBuffer(BufferRole::ExpAvg) || !group.findBuffer(BufferRole::ExpAvgSq)))
-      return makeError(where + ": a trainable group of a model with an optimizer "
-                               "needs exp_avg and exp_avg_sq buffers");
+    if (group.requiresGrad && model.optimizer.present)
+      for (BufferRole role : model.optimizer.stateRoles)
+        if (!group.findBuffer(role))
+          return makeError(where + ": a trainable group needs a " + bufferRoleName(role) +
+                           " buffer for the optimizer's state");
   }
   // The optimizer's params: unique leading FQNs of trainable members.
   std::set<std::string> trainable, seen;

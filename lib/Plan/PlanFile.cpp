@@ -275,7 +275,7 @@ const uint8_t *alignedNested(const flatbuffers::Vector<uint8_t> *vector, std::st
 }
 
 bool validDType(uint8_t value) { return value <= static_cast<uint8_t>(dcp::DType::UInt64); }
-bool validRole(uint8_t value) { return value <= static_cast<uint8_t>(BufferRole::ExpAvgSq); }
+bool validRole(uint8_t value) { return value <= static_cast<uint8_t>(kLastBufferRole); }
 
 } // namespace
 

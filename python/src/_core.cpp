@@ -297,14 +297,14 @@ std::string dlpackTypeName(nb::dlpack::dtype type) {
 }
 
 plan::BufferRole parseRole(const std::string &name) {
-  for (plan::BufferRole role :
-       {plan::BufferRole::MainWeight, plan::BufferRole::ModelWeight, plan::BufferRole::MainGrad,
-        plan::BufferRole::ExpAvg, plan::BufferRole::ExpAvgSq})
+  std::string known;
+  for (int value = 0; value <= static_cast<int>(plan::kLastBufferRole); ++value) {
+    auto role = static_cast<plan::BufferRole>(value);
     if (name == plan::bufferRoleName(role))
       return role;
-  raise("unknown buffer role '" + name +
-            "' (main_weight, model_weight, main_grad, exp_avg or exp_avg_sq)",
-        ErrorKind::InvalidArgument);
+    known += std::string(value ? ", " : "") + plan::bufferRoleName(role);
+  }
+  raise("unknown buffer role '" + name + "' (" + known + ")", ErrorKind::InvalidArgument);
 }
 
 /// Where memory lives: the host, or CUDA device `index`.

@@ -357,7 +357,103 @@ TEST(CheckpointPlan, RejectsBadInput) {
   noMoments.groups[0].buffers.resize(3);
   plan = planRank(noMoments, 0);
   ASSERT_FALSE(plan.ok());
-  EXPECT_NE(plan.error().find("needs exp_avg and exp_avg_sq"), std::string::npos);
+  EXPECT_NE(plan.error().find("needs a exp_avg buffer"), std::string::npos) << plan.error();
+  ModelLayout amsgradWithoutBuffer = model;
+  amsgradWithoutBuffer.optimizer.stateRoles.push_back(BufferRole::MaxExpAvgSq);
+  plan = planRank(amsgradWithoutBuffer, 0);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_NE(plan.error().find("needs a max_exp_avg_sq buffer"), std::string::npos)
+      << plan.error();
+  ModelLayout weightAsState = model;
+  weightAsState.optimizer.stateRoles = {BufferRole::MainWeight};
+  plan = planRank(weightAsState, 0);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_NE(plan.error().find("main_weight twice or as state"), std::string::npos)
+      << plan.error();
+  ModelLayout twice = model;
+  twice.optimizer.stateRoles = {BufferRole::ExpAvg, BufferRole::ExpAvg};
+  EXPECT_FALSE(planRank(twice, 0).ok());
+}
+
+/// The worked example with `roles` as the optimizer's state tensors in place
+/// of Adam's two moments.
+ModelLayout withStateRoles(ModelLayout model, std::vector<BufferRole> roles) {
+  model.optimizer.stateRoles = roles;
+  for (GroupSpec &group : model.groups) {
+    std::vector<BufferSpec> buffers;
+    for (const BufferSpec &buffer : group.buffers)
+      if (!isOptimizerStateRole(buffer.role))
+        buffers.push_back(buffer);
+    for (BufferRole role : roles)
+      buffers.push_back({role, dcp::DType::Float32, false});
+    group.buffers = buffers;
+  }
+  return model;
+}
+
+std::vector<std::string> metadataKeys(const ModelLayout &model) {
+  Result<dcp::Metadata> metadata = planGlobalMetadata(model);
+  EXPECT_TRUE(metadata.ok()) << metadata.error();
+  std::vector<std::string> keys;
+  if (metadata.ok())
+    for (const auto &entry : metadata->stateDictMetadata)
+      keys.push_back(entry.first);
+  return keys;
+}
+
+TEST(CheckpointPlan, AmsgradKeepsItsMaximumPerParameter) {
+  ModelLayout model = withStateRoles(
+      workedExample(), {BufferRole::ExpAvg, BufferRole::ExpAvgSq, BufferRole::MaxExpAvgSq});
+  model.optimizer.amsgrad = true;
+  std::vector<std::string> keys = metadataKeys(model);
+  std::vector<std::string> expected = {"model.p0", "model.p1", "model.p2"};
+  for (const char *fqn : {"p0", "p1", "p2"})
+    for (const char *state : {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"})
+      expected.push_back(optimizerStateKey(fqn, state));
+  for (const char *fqn : {"p0", "p1", "p2"})
+    expected.push_back(optimizerStateKey(fqn, "step"));
+  ASSERT_GE(keys.size(), expected.size());
+  EXPECT_EQ(std::vector<std::string>(keys.begin(), keys.begin() + expected.size()), expected);
+  checkWholePlan(model);
+  // Each rank reads its own piece of every state tensor back.
+  Result<RankPlan> plan = planRank(model, 1);
+  ASSERT_TRUE(plan.ok()) << plan.error();
+  int maxima = 0;
+  for (const ReadItem &read : plan->reads)
+    maxima += read.buffer.role == BufferRole::MaxExpAvgSq;
+  EXPECT_EQ(maxima, 2); // rank 1 holds pieces of p0 and p2
+}
+
+TEST(CheckpointPlan, SGDHasMomentumAndNoStep) {
+  ModelLayout model = withStateRoles(workedExample(), {BufferRole::MomentumBuffer});
+  model.optimizer.kind = OptimizerKind::SGD;
+  model.optimizer.hasStep = false;
+  model.optimizer.momentum = 0.9;
+  std::vector<std::string> keys = metadataKeys(model);
+  std::vector<std::string> expected = {"model.p0",
+                                       "model.p1",
+                                       "model.p2",
+                                       "optimizer.state.p0.momentum_buffer",
+                                       "optimizer.state.p1.momentum_buffer",
+                                       "optimizer.state.p2.momentum_buffer"};
+  // torch.optim.SGD's param group, in its order.
+  for (const char *name : {"lr", "momentum", "dampening", "weight_decay", "nesterov", "maximize",
+                           "foreach", "differentiable", "fused", "params"})
+    expected.push_back(std::string("optimizer.param_groups.0.") + name);
+  EXPECT_EQ(keys, expected);
+  checkWholePlan(model);
+  for (int64_t rank = 0; rank < model.worldSize(); ++rank) {
+    Result<RankPlan> plan = planRank(model, rank);
+    ASSERT_TRUE(plan.ok()) << plan.error();
+    for (const ReadItem &read : plan->reads)
+      EXPECT_NE(read.source, ItemSource::Step) << read.key;
+  }
+  // Plain SGD keeps no state at all: only the model and the param group.
+  ModelLayout plain = withStateRoles(workedExample(), {});
+  plain.optimizer.kind = OptimizerKind::SGD;
+  plain.optimizer.hasStep = false;
+  EXPECT_EQ(metadataKeys(plain).size(), 3u + 10u);
+  checkWholePlan(plain);
 }
 
 TEST(PlanFile, RoundTripsEveryRank) {

@@ -9,8 +9,10 @@
 //
 // Keys follow Megatron-FSDP's experimental save_checkpoint through PyTorch
 // DCP (docs/CheckpointFormat.md): `model.<fqn>` (main weights; one key per
-// FQN of a tied parameter), `optimizer.state.<fqn>.{exp_avg,exp_avg_sq,step}`
-// and one bytes item per hyper-parameter `optimizer.param_groups.0.<name>`.
+// FQN of a tied parameter), `optimizer.state.<fqn>.<state>` (each of the
+// optimizer's state tensors, named as their buffer roles, and `step` where the
+// optimizer keeps one) and one bytes item per hyper-parameter
+// `optimizer.param_groups.0.<name>`.
 //
 // Costs: planning one rank is O(that rank's items) (plus its replicas' for
 // HSDP reads); the global metadata is O(all items) and built once.
@@ -34,11 +36,10 @@ constexpr uint32_t kPlanFormatVersion = 1;
 /// Item starts are aligned so the runtime writes large aligned blocks.
 constexpr uint64_t kItemAlignment = 4096;
 
-/// The optimizer state Adam and AdamW keep per parameter, the one list of
-/// it: the two moments, sharded like the main weights and named as their
-/// buffer roles (bufferRoleName: exp_avg, exp_avg_sq), and the step count, a
-/// 0-d f32 tensor on every rank.
-inline constexpr BufferRole kShardedStateRoles[] = {BufferRole::ExpAvg, BufferRole::ExpAvgSq};
+/// The optimizer's state per parameter: its state tensors
+/// (OptimizerSpec::stateRoles, sharded like the main weights and named as
+/// their buffer roles) and, for Adam and AdamW, the step count, a 0-d f32
+/// tensor on every rank.
 inline constexpr const char *kStepStateName = "step";
 /// `optimizer.state.<fqn>.<state>`.
 std::string optimizerStateKey(const std::string &fqn, const char *state);

@@ -18,8 +18,19 @@
 namespace fsdp {
 namespace plan {
 
-enum class BufferRole : uint8_t { MainWeight, ModelWeight, MainGrad, ExpAvg, ExpAvgSq };
+enum class BufferRole : uint8_t {
+  MainWeight,
+  ModelWeight,
+  MainGrad,
+  ExpAvg,
+  ExpAvgSq,
+  MaxExpAvgSq,
+  MomentumBuffer,
+};
+constexpr BufferRole kLastBufferRole = BufferRole::MomentumBuffer;
 const char *bufferRoleName(BufferRole role);
+/// Whether a role is optimizer state (saved as `optimizer.state.<fqn>.<role>`).
+bool isOptimizerStateRole(BufferRole role);
 
 struct BufferSpec {
   BufferRole role = BufferRole::MainWeight;
@@ -48,15 +59,30 @@ struct GroupSpec {
   const BufferSpec *findBuffer(BufferRole role) const;
 };
 
+enum class OptimizerKind : uint8_t { Adam, AdamW, SGD };
+/// "adam", "adamw", "sgd": the model description's names.
+const char *optimizerKindName(OptimizerKind kind);
+
 struct OptimizerSpec {
   bool present = false;
-  bool decoupledWeightDecay = false; // AdamW
+  OptimizerKind kind = OptimizerKind::Adam;
   double lr = 1e-3;
+  double weightDecay = 0.0;
+  // Adam / AdamW.
   double beta1 = 0.9;
   double beta2 = 0.999;
   double eps = 1e-8;
-  double weightDecay = 0.0;
+  bool amsgrad = false;
+  // SGD.
+  double momentum = 0.0;
+  double dampening = 0.0;
+  bool nesterov = false;
   dcp::DType stateDtype = dcp::DType::Float32;
+  /// The per-parameter state tensors, in torch's order; every trainable group
+  /// has a buffer for each (the IR's OptimizerOp::getStateTensors decides them).
+  std::vector<BufferRole> stateRoles = {BufferRole::ExpAvg, BufferRole::ExpAvgSq};
+  /// Whether every parameter also has a scalar `step` (Adam, AdamW).
+  bool hasStep = true;
 };
 
 struct ModelLayout {

@@ -55,7 +55,9 @@ enum {
   FSDP_MODEL_WEIGHT = 1,
   FSDP_MAIN_GRAD = 2,
   FSDP_EXP_AVG = 3,
-  FSDP_EXP_AVG_SQ = 4
+  FSDP_EXP_AVG_SQ = 4,
+  FSDP_MAX_EXP_AVG_SQ = 5,  /* Adam/AdamW with amsgrad */
+  FSDP_MOMENTUM_BUFFER = 6  /* SGD with momentum */
 };
 
 typedef struct {

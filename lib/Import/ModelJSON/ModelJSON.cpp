@@ -217,8 +217,7 @@ FailureOr<SmallVector<Placement>> ModelImporter::parsePlacementsOverride(StringR
 
 LogicalResult ModelImporter::buildOptimizer(const json::Value &value, StringRef path) {
   const json::Object *object = getObject(value, path);
-  if (!object || failed(checkKeys(*object, path,
-                                  {"kind", "lr", "betas", "eps", "weight_decay", "state_dtype"})))
+  if (!object)
     return failure();
   FailureOr<std::string> kindName = getString(*object, "kind", path, true);
   if (failed(kindName))
@@ -226,28 +225,79 @@ LogicalResult ModelImporter::buildOptimizer(const json::Value &value, StringRef 
   std::optional<OptimizerKind> kind = symbolizeOptimizerKind(*kindName);
   if (!kind)
     return fail(child(path, "kind"),
-                "unknown optimizer '" + *kindName + "' (expected adam or adamw)");
-  // PyTorch's defaults for torch.optim.Adam / AdamW.
+                "unknown optimizer '" + *kindName + "' (expected adam, adamw or sgd)");
+  bool sgd = *kind == OptimizerKind::SGD;
+  // Each kind takes torch's own hyper-parameters, with torch's defaults.
+  SmallVector<StringRef> keys = {"kind", "lr", "weight_decay", "state_dtype", "state"};
+  if (sgd)
+    keys.append({"momentum", "dampening", "nesterov"});
+  else
+    keys.append({"betas", "eps", "amsgrad"});
+  if (failed(checkKeys(*object, path, keys)))
+    return failure();
   double defaultDecay = *kind == OptimizerKind::AdamW ? 0.01 : 0.0;
   FailureOr<double> lr = getNumber(*object, "lr", path, 1e-3);
-  FailureOr<double> eps = getNumber(*object, "eps", path, 1e-8);
   FailureOr<double> decay = getNumber(*object, "weight_decay", path, defaultDecay);
-  if (failed(lr) || failed(eps) || failed(decay))
-    return failure();
-  SmallVector<double> betas = {0.9, 0.999};
-  if (const json::Value *betasValue = object->get("betas")) {
-    const json::Array *list = betasValue->getAsArray();
-    if (!list || list->size() != 2 || !(*list)[0].getAsNumber() || !(*list)[1].getAsNumber())
-      return fail(child(path, "betas"), "expected a list of two numbers");
-    betas = {*(*list)[0].getAsNumber(), *(*list)[1].getAsNumber()};
-  }
   FailureOr<Type> state = getDType(*object, "state_dtype", path, Float32Type::get(context));
-  if (failed(state))
+  if (failed(lr) || failed(decay) || failed(state))
     return failure();
-  OptimizerOp::create(builder, locFor(path), OptimizerKindAttr::get(context, *kind),
-                      builder.getF64FloatAttr(*lr), builder.getDenseF64ArrayAttr(betas),
-                      builder.getF64FloatAttr(*eps), builder.getF64FloatAttr(*decay),
-                      TypeAttr::get(*state));
+  auto getFlag = [&](StringRef key) -> FailureOr<bool> {
+    const json::Value *flag = object->get(key);
+    if (!flag)
+      return false;
+    if (!flag->getAsBoolean())
+      return fail(child(path, key), "expected true or false");
+    return *flag->getAsBoolean();
+  };
+  DenseF64ArrayAttr betasAttr;
+  FloatAttr epsAttr, momentumAttr, dampeningAttr;
+  UnitAttr amsgradAttr, nesterovAttr;
+  if (sgd) {
+    FailureOr<double> momentum = getNumber(*object, "momentum", path, 0.0);
+    FailureOr<double> dampening = getNumber(*object, "dampening", path, 0.0);
+    FailureOr<bool> nesterov = getFlag("nesterov");
+    if (failed(momentum) || failed(dampening) || failed(nesterov))
+      return failure();
+    momentumAttr = builder.getF64FloatAttr(*momentum);
+    dampeningAttr = builder.getF64FloatAttr(*dampening);
+    if (*nesterov)
+      nesterovAttr = builder.getUnitAttr();
+  } else {
+    FailureOr<double> eps = getNumber(*object, "eps", path, 1e-8);
+    FailureOr<bool> amsgrad = getFlag("amsgrad");
+    if (failed(eps) || failed(amsgrad))
+      return failure();
+    SmallVector<double> betas = {0.9, 0.999};
+    if (const json::Value *betasValue = object->get("betas")) {
+      const json::Array *list = betasValue->getAsArray();
+      if (!list || list->size() != 2 || !(*list)[0].getAsNumber() || !(*list)[1].getAsNumber())
+        return fail(child(path, "betas"), "expected a list of two numbers");
+      betas = {*(*list)[0].getAsNumber(), *(*list)[1].getAsNumber()};
+    }
+    betasAttr = builder.getDenseF64ArrayAttr(betas);
+    epsAttr = builder.getF64FloatAttr(*eps);
+    if (*amsgrad)
+      amsgradAttr = builder.getUnitAttr();
+  }
+  auto optimizer = OptimizerOp::create(
+      builder, locFor(path), OptimizerKindAttr::get(context, *kind), builder.getF64FloatAttr(*lr),
+      betasAttr, epsAttr, amsgradAttr, momentumAttr, dampeningAttr, nesterovAttr,
+      builder.getF64FloatAttr(*decay), TypeAttr::get(*state));
+  // `state` names the state tensors the hyper-parameters imply: a check that
+  // the description and the optimizer it was written from agree.
+  if (const json::Value *named = object->get("state")) {
+    SmallVector<std::string> expected;
+    for (BufferRole role : optimizer.getStateTensors())
+      expected.push_back(stringifyBufferRole(role).str());
+    const json::Array *list = named->getAsArray();
+    SmallVector<std::string> given;
+    for (const json::Value &entry : list ? *list : json::Array())
+      given.push_back(entry.getAsString() ? entry.getAsString()->str() : std::string("?"));
+    if (!list || given != expected)
+      return fail(child(path, "state"),
+                  "expected the state tensors " + *kindName + " keeps with these hyper-parameters: [" +
+                      llvm::join(expected, ", ") + "]");
+  }
   return success();
 }
 

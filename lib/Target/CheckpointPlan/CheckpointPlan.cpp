@@ -31,9 +31,10 @@ FSDP_SAME_BUFFER_ROLE(ModelWeight);
 FSDP_SAME_BUFFER_ROLE(MainGrad);
 FSDP_SAME_BUFFER_ROLE(ExpAvg);
 FSDP_SAME_BUFFER_ROLE(ExpAvgSq);
+FSDP_SAME_BUFFER_ROLE(MaxExpAvgSq);
+FSDP_SAME_BUFFER_ROLE(MomentumBuffer);
 #undef FSDP_SAME_BUFFER_ROLE
-static_assert(getMaxEnumValForBufferRole() ==
-                  static_cast<unsigned>(plan::BufferRole::ExpAvgSq),
+static_assert(getMaxEnumValForBufferRole() == static_cast<unsigned>(plan::kLastBufferRole),
               "the IR has a buffer role the plan lacks: add it to plan::BufferRole");
 
 /// The same role in the plan's terms: the same number (checked above).
@@ -125,12 +126,35 @@ FailureOr<plan::ModelLayout> fsdp::buildModelLayout(ModelOp model) {
   if (OptimizerOp optimizer = model.getOptimizer()) {
     plan::OptimizerSpec &spec = layout.optimizer;
     spec.present = true;
-    spec.decoupledWeightDecay = optimizer.getKind() == OptimizerKind::AdamW;
+    switch (optimizer.getKind()) {
+    case OptimizerKind::Adam:
+      spec.kind = plan::OptimizerKind::Adam;
+      break;
+    case OptimizerKind::AdamW:
+      spec.kind = plan::OptimizerKind::AdamW;
+      break;
+    case OptimizerKind::SGD:
+      spec.kind = plan::OptimizerKind::SGD;
+      break;
+    }
     spec.lr = optimizer.getLr().convertToDouble();
-    spec.beta1 = optimizer.getBetas()[0];
-    spec.beta2 = optimizer.getBetas()[1];
-    spec.eps = optimizer.getEps().convertToDouble();
     spec.weightDecay = optimizer.getWeightDecay().convertToDouble();
+    if (std::optional<ArrayRef<double>> betas = optimizer.getBetas()) {
+      spec.beta1 = (*betas)[0];
+      spec.beta2 = (*betas)[1];
+    }
+    if (std::optional<APFloat> eps = optimizer.getEps())
+      spec.eps = eps->convertToDouble();
+    spec.amsgrad = optimizer.getAmsgrad();
+    if (std::optional<APFloat> momentum = optimizer.getMomentum())
+      spec.momentum = momentum->convertToDouble();
+    if (std::optional<APFloat> dampening = optimizer.getDampening())
+      spec.dampening = dampening->convertToDouble();
+    spec.nesterov = optimizer.getNesterov();
+    spec.stateRoles.clear();
+    for (BufferRole role : optimizer.getStateTensors())
+      spec.stateRoles.push_back(toRole(role));
+    spec.hasStep = optimizer.hasStepState();
     FailureOr<dcp::DType> state = toDType(optimizer.getLoc(), optimizer.getState());
     if (failed(state))
       return failure();

@@ -74,6 +74,10 @@ RoleSpelling roleSpelling(plan::BufferRole role) {
     return {"ExpAvg", "EXP_AVG"};
   case plan::BufferRole::ExpAvgSq:
     return {"ExpAvgSq", "EXP_AVG_SQ"};
+  case plan::BufferRole::MaxExpAvgSq:
+    return {"MaxExpAvgSq", "MAX_EXP_AVG_SQ"};
+  case plan::BufferRole::MomentumBuffer:
+    return {"MomentumBuffer", "MOMENTUM_BUFFER"};
   }
   return {"MainWeight", "MAIN_WEIGHT"};
 }
@@ -254,7 +258,7 @@ void writeSummary(raw_ostream &os, const Library &lib, StringRef lead) {
     tensors += group.members.size();
   os << ", " << count(tensors, "tensor") << "; optimizer ";
   if (layout.optimizer.present)
-    os << (layout.optimizer.decoupledWeightDecay ? "adamw" : "adam") << " (state "
+    os << optimizerKindName(layout.optimizer.kind) << " (state "
        << dtypeBrief(layout.optimizer.stateDtype) << ")\n";
   else
     os << "none\n";
@@ -353,7 +357,8 @@ void writeDeclarations(raw_ostream &os, const Library &lib) {
      << "enum class Role : int32_t {\n"
      << "  MainWeight = FSDP_MAIN_WEIGHT,\n  ModelWeight = FSDP_MODEL_WEIGHT,\n"
      << "  MainGrad = FSDP_MAIN_GRAD,\n  ExpAvg = FSDP_EXP_AVG,\n"
-     << "  ExpAvgSq = FSDP_EXP_AVG_SQ,\n};\n"
+     << "  ExpAvgSq = FSDP_EXP_AVG_SQ,\n  MaxExpAvgSq = FSDP_MAX_EXP_AVG_SQ,\n"
+     << "  MomentumBuffer = FSDP_MOMENTUM_BUFFER,\n};\n"
      << "using DType = fsdp::dcp::DType;\n\n"
      << "/// One buffer every rank holds: a group's shard in one role.\n"
      << "struct BufferInfo {\n  int32_t group;\n  Role role;\n  DType dtype;\n"

@@ -407,3 +407,83 @@ fsdp.model @too_many_ranks {
   fsdp.module "" {
   }
 }
+
+// -----
+
+fsdp.model @adam_without_eps {
+  fsdp.mesh @mesh ["dp" = 2]
+  // expected-error@+1 {{adam needs betas and eps}}
+  fsdp.optimizer adam lr = 1.0e-3, betas = [0.9, 0.999], weight_decay = 0.0, state = f32
+  fsdp.module "" {
+  }
+}
+
+// -----
+
+fsdp.model @adam_momentum {
+  fsdp.mesh @mesh ["dp" = 2]
+  // expected-error@+1 {{adamw has no 'momentum' hyper-parameter}}
+  fsdp.optimizer adamw lr = 1.0e-3, betas = [0.9, 0.999], eps = 1.0e-8, momentum = 0.9, weight_decay = 0.0, state = f32
+  fsdp.module "" {
+  }
+}
+
+// -----
+
+fsdp.model @adam_nesterov {
+  fsdp.mesh @mesh ["dp" = 2]
+  // expected-error@+1 {{adam has no 'nesterov' hyper-parameter}}
+  fsdp.optimizer adam lr = 1.0e-3, betas = [0.9, 0.999], eps = 1.0e-8, nesterov, weight_decay = 0.0, state = f32
+  fsdp.module "" {
+  }
+}
+
+// -----
+
+fsdp.model @sgd_betas {
+  fsdp.mesh @mesh ["dp" = 2]
+  // expected-error@+1 {{sgd has no 'betas' hyper-parameter}}
+  fsdp.optimizer sgd lr = 1.0e-1, betas = [0.9, 0.999], momentum = 0.9, dampening = 0.0, weight_decay = 0.0, state = f32
+  fsdp.module "" {
+  }
+}
+
+// -----
+
+fsdp.model @sgd_amsgrad {
+  fsdp.mesh @mesh ["dp" = 2]
+  // expected-error@+1 {{sgd has no 'amsgrad' hyper-parameter}}
+  fsdp.optimizer sgd lr = 1.0e-1, amsgrad, momentum = 0.9, dampening = 0.0, weight_decay = 0.0, state = f32
+  fsdp.module "" {
+  }
+}
+
+// -----
+
+fsdp.model @sgd_without_dampening {
+  fsdp.mesh @mesh ["dp" = 2]
+  // expected-error@+1 {{sgd needs momentum and dampening}}
+  fsdp.optimizer sgd lr = 1.0e-1, momentum = 0.9, weight_decay = 0.0, state = f32
+  fsdp.module "" {
+  }
+}
+
+// -----
+
+fsdp.model @sgd_negative_momentum {
+  fsdp.mesh @mesh ["dp" = 2]
+  // expected-error@+1 {{momentum must be a non-negative number, got -5.000000e-01}}
+  fsdp.optimizer sgd lr = 1.0e-1, momentum = -0.5, dampening = 0.0, weight_decay = 0.0, state = f32
+  fsdp.module "" {
+  }
+}
+
+// -----
+
+fsdp.model @sgd_nesterov_dampening {
+  fsdp.mesh @mesh ["dp" = 2]
+  // expected-error@+1 {{nesterov needs a momentum and zero dampening}}
+  fsdp.optimizer sgd lr = 1.0e-1, momentum = 0.9, dampening = 0.1, nesterov, weight_decay = 0.0, state = f32
+  fsdp.module "" {
+  }
+}

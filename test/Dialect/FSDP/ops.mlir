@@ -71,3 +71,22 @@ fsdp.model @frozen {
     fsdp.param "buffer" : tensor<4xf32> frozen
   }
 }
+
+// Adam with amsgrad and SGD with Nesterov momentum round-trip.
+// CHECK-LABEL: fsdp.model @amsgrad
+// CHECK:         fsdp.optimizer adam lr = 1.000000e-03, betas = [9.000000e-01, 9.990000e-01], eps = 1.000000e-08, amsgrad, weight_decay = 0.000000e+00, state = f32
+fsdp.model @amsgrad {
+  fsdp.mesh @mesh ["dp" = 1]
+  fsdp.optimizer adam lr = 1.0e-3, betas = [0.9, 0.999], eps = 1.0e-8, amsgrad, weight_decay = 0.0, state = f32
+  fsdp.module "" {
+  }
+}
+
+// CHECK-LABEL: fsdp.model @sgd
+// CHECK:         fsdp.optimizer sgd lr = 1.000000e-01, momentum = 9.000000e-01, dampening = 0.000000e+00, nesterov, weight_decay = 1.000000e-04, state = bf16
+fsdp.model @sgd {
+  fsdp.mesh @mesh ["dp" = 1]
+  fsdp.optimizer sgd lr = 0.1, momentum = 0.9, dampening = 0.0, nesterov, weight_decay = 1.0e-4, state = bf16
+  fsdp.module "" {
+  }
+}

@@ -91,8 +91,8 @@ ArrayAttr fsdp::getExpectedBuffers(ParamGroupOp group, OptimizerOp optimizer) {
     buffers.push_back(BufferAttr::get(context, BufferRole::MainGrad, grad, false));
     if (optimizer) {
       Type state = optimizer.getState();
-      buffers.push_back(BufferAttr::get(context, BufferRole::ExpAvg, state, false));
-      buffers.push_back(BufferAttr::get(context, BufferRole::ExpAvgSq, state, false));
+      for (BufferRole role : optimizer.getStateTensors())
+        buffers.push_back(BufferAttr::get(context, role, state, false));
     }
   }
   return ArrayAttr::get(context, buffers);

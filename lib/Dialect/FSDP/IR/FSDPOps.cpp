@@ -153,6 +153,21 @@ OptimizerOp ModelOp::getOptimizer() {
   return range.empty() ? OptimizerOp() : *range.begin();
 }
 
+SmallVector<BufferRole> OptimizerOp::getStateTensors() {
+  if (getKind() == OptimizerKind::SGD) {
+    // torch.optim.SGD keeps no state without momentum.
+    if (getMomentum() && getMomentum()->convertToDouble() != 0.0)
+      return {BufferRole::MomentumBuffer};
+    return {};
+  }
+  SmallVector<BufferRole> roles = {BufferRole::ExpAvg, BufferRole::ExpAvgSq};
+  if (getAmsgrad())
+    roles.push_back(BufferRole::MaxExpAvgSq);
+  return roles;
+}
+
+bool OptimizerOp::hasStepState() { return getKind() != OptimizerKind::SGD; }
+
 NNModuleOp ModelOp::getRootModule() {
   auto range = getBody().getOps<NNModuleOp>();
   return range.empty() ? NNModuleOp() : *range.begin();

@@ -69,16 +69,50 @@ LogicalResult OptimizerOp::verify() {
   double lr = getLr().convertToDouble();
   if (!(lr >= 0.0))
     return emitOpError() << "lr must be a non-negative number, got " << lr;
-  ArrayRef<double> betas = getBetas();
-  if (betas.size() != 2)
-    return emitOpError() << "betas must have exactly 2 values, got "
-                         << betas.size();
-  for (double beta : betas)
-    if (!(beta >= 0.0 && beta < 1.0))
-      return emitOpError() << "betas must lie in [0, 1), got " << beta;
-  double eps = getEps().convertToDouble();
-  if (!(eps >= 0.0))
-    return emitOpError() << "eps must be a non-negative number, got " << eps;
+  bool adam = getKind() != OptimizerKind::SGD;
+  StringRef kind = stringifyOptimizerKind(getKind());
+  // Each kind takes exactly torch's hyper-parameters: one of another kind is
+  // a description error, not something to carry silently.
+  auto refuse = [&](StringRef name) {
+    return emitOpError() << kind << " has no '" << name << "' hyper-parameter";
+  };
+  if (adam) {
+    if (!getBetas() || !getEps())
+      return emitOpError() << kind << " needs betas and eps";
+    if (getMomentum())
+      return refuse("momentum");
+    if (getDampening())
+      return refuse("dampening");
+    if (getNesterov())
+      return refuse("nesterov");
+    ArrayRef<double> betas = *getBetas();
+    if (betas.size() != 2)
+      return emitOpError() << "betas must have exactly 2 values, got " << betas.size();
+    for (double beta : betas)
+      if (!(beta >= 0.0 && beta < 1.0))
+        return emitOpError() << "betas must lie in [0, 1), got " << beta;
+    double eps = getEps()->convertToDouble();
+    if (!(eps >= 0.0))
+      return emitOpError() << "eps must be a non-negative number, got " << eps;
+  } else {
+    if (getBetas())
+      return refuse("betas");
+    if (getEps())
+      return refuse("eps");
+    if (getAmsgrad())
+      return refuse("amsgrad");
+    if (!getMomentum() || !getDampening())
+      return emitOpError() << "sgd needs momentum and dampening";
+    double momentum = getMomentum()->convertToDouble();
+    double dampening = getDampening()->convertToDouble();
+    if (!(momentum >= 0.0))
+      return emitOpError() << "momentum must be a non-negative number, got " << momentum;
+    if (!(dampening >= 0.0 && dampening <= 1.0))
+      return emitOpError() << "dampening must lie in [0, 1], got " << dampening;
+    // torch.optim.SGD's own rule.
+    if (getNesterov() && (momentum <= 0.0 || dampening != 0.0))
+      return emitOpError() << "nesterov needs a momentum and zero dampening";
+  }
   double weightDecay = getWeightDecay().convertToDouble();
   if (!(weightDecay >= 0.0))
     return emitOpError() << "weight_decay must be a non-negative number, got "
@@ -89,6 +123,7 @@ LogicalResult OptimizerOp::verify() {
                          << getState();
   return success();
 }
+
 
 //===----------------------------------------------------------------------===//
 // NNModuleOp

@@ -20,8 +20,11 @@ spec = importlib.util.spec_from_file_location("standins", STANDINS)
 standins = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(standins)  # installs the torch.* stand-in modules
 
-HYPER = ["lr", "betas", "eps", "weight_decay", "amsgrad", "maximize", "foreach",
-         "capturable", "differentiable", "fused", "decoupled_weight_decay", "params"]
+# torch's param-group keys, in its order, by optimizer (SGD's has a momentum).
+HYPER = {"adam": ["lr", "betas", "eps", "weight_decay", "amsgrad", "maximize", "foreach",
+                  "capturable", "differentiable", "fused", "decoupled_weight_decay", "params"],
+         "sgd": ["lr", "momentum", "dampening", "weight_decay", "nesterov", "maximize",
+                 "foreach", "differentiable", "fused", "params"]}
 
 
 def fail(message):
@@ -57,18 +60,22 @@ def main(path):
                 fail(f"{key}: chunks {a_off} and {b_off} overlap")
         if volume != math.prod(size):
             fail(f"{key}: chunks cover {volume} of {math.prod(size)} elements")
-    params = set()
+    # Every parameter with optimizer state has the same state names and a model key.
+    states = {}
     for key in tensors:
-        if key.startswith("optimizer.state.") and key.endswith(".exp_avg"):
-            params.add(key[len("optimizer.state."):-len(".exp_avg")])
-    for fqn in params:
-        for state in ("exp_avg_sq", "step"):
-            if f"optimizer.state.{fqn}.{state}" not in tensors:
-                fail(f"optimizer.state.{fqn}.{state} missing")
+        if key.startswith("optimizer.state."):
+            fqn, _, name = key[len("optimizer.state."):].rpartition(".")
+            states.setdefault(fqn, set()).add(name)
+    params = set(states)
+    names = set().union(*states.values()) if states else set()
+    for fqn, mine in states.items():
+        if mine != names:
+            fail(f"optimizer.state.{fqn} has {sorted(mine)}, others {sorted(names)}")
         if f"model.{fqn}" not in tensors:
             fail(f"model.{fqn} missing")
-    if params:
-        for name in HYPER:
+    kind = "sgd" if "optimizer.param_groups.0.momentum" in sdm else "adam"
+    if any(k.startswith("optimizer.param_groups.0.") for k in sdm):
+        for name in HYPER[kind]:
             key = f"optimizer.param_groups.0.{name}"
             if key not in sdm or hasattr(sdm[key], "chunks"):
                 fail(f"{key} missing or not a bytes item")
@@ -78,6 +85,8 @@ def main(path):
     chunks = sum(len(m.chunks) for m in tensors.values())
     print(f"OK: {len(sdm)} keys, {len(tensors)} tensors, {chunks} chunks, "
           f"{len(params)} optimizer params, files {' '.join(files)}")
+    if names:
+        print(f"STATE: {kind} {' '.join(sorted(names))}")
 
 
 if __name__ == "__main__":

@@ -34,7 +34,8 @@ def FSDP_Placement : I32EnumAttr<"Placement", "placement of a buffer on one mesh
 
 def FSDP_OptimizerKindAttr : I32EnumAttr<"OptimizerKind", "optimizer algorithm", [
     I32EnumAttrCase<"Adam", 0, "adam">,
-    I32EnumAttrCase<"AdamW", 1, "adamw">
+    I32EnumAttrCase<"AdamW", 1, "adamw">,
+    I32EnumAttrCase<"SGD", 2, "sgd">
   ]> {
   let cppNamespace = "::fsdp";
 }
@@ -44,7 +45,9 @@ def FSDP_BufferRole : I32EnumAttr<"BufferRole", "role of a packed parameter-grou
     I32EnumAttrCase<"ModelWeight", 1, "model_weight">,
     I32EnumAttrCase<"MainGrad", 2, "main_grad">,
     I32EnumAttrCase<"ExpAvg", 3, "exp_avg">,
-    I32EnumAttrCase<"ExpAvgSq", 4, "exp_avg_sq">
+    I32EnumAttrCase<"ExpAvgSq", 4, "exp_avg_sq">,
+    I32EnumAttrCase<"MaxExpAvgSq", 5, "max_exp_avg_sq">,
+    I32EnumAttrCase<"MomentumBuffer", 6, "momentum_buffer">
   ]> {
   let cppNamespace = "::fsdp";
   let genSpecializedAttr = 0;

@@ -76,21 +76,41 @@ def FSDP_MeshOp : FSDP_Op<"mesh", [Symbol, HasParent<"ModelOp">]> {
 def FSDP_OptimizerOp : FSDP_Op<"optimizer", [HasParent<"ModelOp">]> {
   let summary = "the optimizer: kind, hyper-parameters and state dtype";
   let description = [{
-    An Adam or AdamW optimizer. Every trainable parameter carries the state
-    tensors `exp_avg` and `exp_avg_sq` (of `state` dtype, sharded like the
-    main weights) and a scalar `step`: the names the checkpoint planner uses
-    (`plan::kShardedStateRoles`, `plan::kStepStateName` in
-    fsdp/Plan/CheckpointPlan.h). The hyper-parameters are those of
-    PyTorch's optimizer state dict and are saved with the checkpoint.
+    A per-parameter elementwise torch optimizer: Adam, AdamW or SGD. Its
+    hyper-parameters are those of PyTorch's optimizer state dict: `betas`
+    and `eps` for Adam/AdamW (with `amsgrad`), `momentum`, `dampening` and
+    `nesterov` for SGD. They decide the state tensors every trainable
+    parameter carries (of `state` dtype, sharded like the main weights), in
+    torch's names (`getStateTensors`): `exp_avg`, `exp_avg_sq` and, with
+    amsgrad, `max_exp_avg_sq` for Adam/AdamW; `momentum_buffer` for SGD with
+    momentum. Adam/AdamW also keep a scalar `step` (`hasStepState`).
+
+    ```mlir
+    fsdp.optimizer adamw lr = 1.0e-03, betas = [0.9, 0.999], eps = 1.0e-08,
+        amsgrad, weight_decay = 1.0e-02, state = f32
+    fsdp.optimizer sgd lr = 1.0e-01, momentum = 9.0e-01, dampening = 0.0,
+        weight_decay = 0.0, state = f32
+    ```
   }];
   let arguments = (ins FSDP_OptimizerKindAttr:$kind, F64Attr:$lr,
-                       DenseF64ArrayAttr:$betas, F64Attr:$eps,
+                       OptionalAttr<DenseF64ArrayAttr>:$betas,
+                       OptionalAttr<F64Attr>:$eps, UnitAttr:$amsgrad,
+                       OptionalAttr<F64Attr>:$momentum,
+                       OptionalAttr<F64Attr>:$dampening, UnitAttr:$nesterov,
                        F64Attr:$weight_decay, TypeAttr:$state);
   let assemblyFormat = [{
-    $kind `lr` `=` $lr `,` `betas` `=` $betas `,` `eps` `=` $eps `,`
+    $kind `lr` `=` $lr `,` (`betas` `=` $betas^ `,`)? (`eps` `=` $eps^ `,`)?
+    (`amsgrad` $amsgrad^ `,`)? (`momentum` `=` $momentum^ `,`)?
+    (`dampening` `=` $dampening^ `,`)? (`nesterov` $nesterov^ `,`)?
     `weight_decay` `=` $weight_decay `,` `state` `=` $state attr-dict
   }];
   let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The per-parameter state tensors, as buffer roles, in torch's order.
+    ::llvm::SmallVector<BufferRole> getStateTensors();
+    /// Whether the optimizer keeps a scalar `step` per parameter.
+    bool hasStepState();
+  }];
 }
 
 def FSDP_NNModuleOp : FSDP_Op<"module", [
