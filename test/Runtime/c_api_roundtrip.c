@@ -57,6 +57,16 @@ int main(int argc, char **argv) {
     if (fsdp_bind_buffer(saver, info.group, info.role, memory[i], error, sizeof error))
       return fail("bind", error);
   }
+  /* Role numbers outside the enum are refused, never truncated into a real
+   * role (259 would be exp_avg as a uint8). */
+  if (count > 0 && fsdp_bind_buffer(saver, 0, 259, memory[0], error, sizeof error) !=
+                       FSDP_ERROR_INVALID_ARGUMENT)
+    return fail("bind role 259", "accepted");
+  if (count > 0 && fsdp_bind_buffer(saver, 0, -1, memory[0], error, sizeof error) !=
+                       FSDP_ERROR_INVALID_ARGUMENT)
+    return fail("bind role -1", "accepted");
+  if (fsdp_buffer_data(saver, 0, 256) != NULL)
+    return fail("buffer_data role 256", "gave memory");
   if (fsdp_fill_from_seed(saver, 17, error, sizeof error))
     return fail("fill", error);
   if (fsdp_save(saver, argv[2], 0, 3.0f, error, sizeof error))

@@ -30,7 +30,8 @@ def AssignRankRanges : Pass<"fsdp-assign-rank-ranges", "::fsdp::ModelOp"> {
   let description = [{
     Sets each group's `shard_size`, every flat rank's range begin (`ranks`),
     the buffers with their dtypes from the mixed-precision policy and the
-    optimizer (main_weight, model_weight, main_grad, exp_avg, exp_avg_sq),
+    optimizer (main_weight, model_weight, main_grad, then the optimizer's
+    state tensors: exp_avg, exp_avg_sq[, max_exp_avg_sq] or momentum_buffer),
     and each member's non-empty pieces (shard, rows, local offset).
   }];
 }
