@@ -327,9 +327,9 @@ def build(world, *, hsdp=False, tied=False, two_groups=False, optimizer="adamw",
     seeded by `seed`, the same values on every rank), each model.layers.N fully_shard-ed, then
     the root, with MixedPrecisionPolicy(main_params_dtype=float32,
     main_grads_dtype=bfloat16); the optimizer over the trainable (sharded DTensor)
-    parameters, then fully_shard_optimizer(opt). optimizer: "adamw" (one group, weight_decay,
-    amsgrad) or "sgd" (SGD momentum 0.9); two_groups (AdamW): weight decay 0.1 for >= 2-D
-    weights, 0.0 for the rest. Padding of every buffer is zeroed (see _zero_padding).
+    parameters, then fully_shard_optimizer(opt). optimizer: "adamw" (weight_decay, amsgrad) or
+    "sgd" (SGD momentum 0.9, weight_decay); two_groups: weight decay 0.1 for >= 2-D weights,
+    0.0 for the rest. Padding of every buffer is zeroed (see _zero_padding).
 
     tied=True (lm_head.weight tied to model.embed_tokens.weight) raises NotImplementedError
     (TIED says why: 0.6.1 accepts it silently but packs the tensor twice and never reduces or
@@ -353,16 +353,16 @@ def build(world, *, hsdp=False, tied=False, two_groups=False, optimizer="adamw",
             _zero_padding(g.model_weight)
         _zero_padding(g.main_grad)
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    if two_groups:
+        params = [
+            {"params": [p for _, p in named if p.ndim >= 2], "weight_decay": 0.1},
+            {"params": [p for _, p in named if p.ndim < 2], "weight_decay": 0.0},
+        ]
+    else:
+        params = [p for _, p in named]
     if optimizer == "sgd":
-        opt = torch.optim.SGD([p for _, p in named], lr=lr, momentum=0.9)
+        opt = torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=weight_decay)
     elif optimizer == "adamw":
-        if two_groups:
-            params = [
-                {"params": [p for _, p in named if p.ndim >= 2], "weight_decay": 0.1},
-                {"params": [p for _, p in named if p.ndim < 2], "weight_decay": 0.0},
-            ]
-        else:
-            params = [p for _, p in named]
         opt = torch.optim.AdamW(params, lr=lr, amsgrad=amsgrad, weight_decay=weight_decay)
     else:
         raise ValueError(f"optimizer {optimizer!r}: 'adamw' or 'sgd'")

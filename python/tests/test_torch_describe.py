@@ -8,6 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+import fsdp_mlir as fm  # noqa: E402
 import torch_packing as tp  # noqa: E402
 from fsdp_mlir.torch import describe  # noqa: E402
 
@@ -33,7 +34,8 @@ def test_describe_llama_schema():
     assert d["format"] == "fsdp-model-v1"
     assert d["mesh"] == [{"name": "dp", "size": 4}]
     assert d["optimizer"] == {"kind": "adamw", "lr": 3e-4, "betas": [0.9, 0.95], "eps": 1e-6,
-                              "weight_decay": 0.1, "state_dtype": "f32"}
+                              "weight_decay": 0.1, "amsgrad": False, "state_dtype": "f32",
+                              "state": ["exp_avg", "exp_avg_sq"]}
     root = d["module"]
     assert root["name"] == ""
     assert root["fully_shard"] == {"placements": ["shard"], "main_params_dtype": "f32",
@@ -141,7 +143,8 @@ def test_describe_adam_defaults_and_no_optimizer():
     opt = torch.optim.Adam(model.parameters())
     d = describe(model, mesh={"dp": 2}, optimizer=opt)
     assert d["optimizer"] == {"kind": "adam", "lr": 1e-3, "betas": [0.9, 0.999], "eps": 1e-8,
-                              "weight_decay": 0.0, "state_dtype": "f32"}
+                              "weight_decay": 0.0, "amsgrad": False, "state_dtype": "f32",
+                              "state": ["exp_avg", "exp_avg_sq"]}
     d = describe(model, mesh=None)
     assert "optimizer" not in d and "mesh" not in d
     assert "main_grads_dtype" not in d["module"]["fully_shard"]
@@ -177,8 +180,8 @@ def test_describe_errors():
     model, _ = llama_and_opt()
     with pytest.raises(ValueError, match="not a submodule"):
         describe(model, units=["model.layers.9"], mesh={"dp": 2})
-    with pytest.raises(ValueError, match="SGD"):
-        describe(model, mesh={"dp": 2}, optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
+    with pytest.raises(ValueError, match="Adagrad is not supported.*Adam.*SGD"):
+        describe(model, mesh={"dp": 2}, optimizer=torch.optim.Adagrad(model.parameters()))
     with pytest.raises(ValueError, match="placements"):
         describe(model, mesh={"dp": 2}, placements=["shard", "shard"])
     with pytest.raises(ValueError, match="positive"):
@@ -196,6 +199,49 @@ def test_describe_errors():
     # Param groups may differ: hyper-parameters are live (saved at each save); the description
     # keeps group 0's, what fsdp-ckpt writes.
     assert describe(model, mesh={"dp": 2}, optimizer=opt)["optimizer"]["lr"] == 0.1
-    amsgrad = torch.optim.AdamW(model.parameters(), amsgrad=True)
-    with pytest.raises(ValueError, match="amsgrad"):
-        describe(model, mesh={"dp": 2}, optimizer=amsgrad)
+    # Groups that would keep different state tensors: refused, naming the hyper-parameter.
+    layers = list(model.model.layers.parameters())
+    mixed = torch.optim.AdamW([{"params": [model.lm_head.weight], "amsgrad": True},
+                               {"params": layers}])
+    with pytest.raises(ValueError, match=r"differ in amsgrad \(\[True, False\]\)"):
+        describe(model, mesh={"dp": 2}, optimizer=mixed)
+    mixed = torch.optim.SGD([{"params": [model.lm_head.weight], "momentum": 0.9},
+                             {"params": layers}], lr=0.1)
+    with pytest.raises(ValueError, match="differ in momentum"):
+        describe(model, mesh={"dp": 2}, optimizer=mixed)
+
+
+@pytest.mark.parametrize("make,state", [
+    (lambda ps: torch.optim.AdamW(ps, amsgrad=True), ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")),
+    (lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True), ("momentum_buffer",)),
+    (lambda ps: torch.optim.SGD(ps, lr=0.1), ()),
+], ids=["amsgrad", "sgd-nesterov", "sgd-plain"])
+def test_describe_other_optimizers(tmp_path, make, state):
+    """amsgrad and SGD: the description names the state tensors the optimizer keeps, the
+    compiled layout gives every trainable group a buffer for each, and a checkpoint of the plan
+    holds them under torch's names (a step only where torch keeps one)."""
+    model, _ = llama_and_opt()
+    opt = make(model.parameters())
+    d = describe(model, units=tp.llama_units(model), mesh={"dp": 1}, optimizer=opt)
+    assert d["optimizer"]["state"] == list(state)
+    if isinstance(opt, torch.optim.SGD):
+        assert {k: d["optimizer"][k] for k in ("momentum", "dampening", "nesterov")} == {
+            "momentum": opt.defaults["momentum"], "dampening": 0.0,
+            "nesterov": opt.defaults["nesterov"]}
+    plan, layout = tp.compile_model(d, str(tmp_path / "out"))
+    for g in layout["groups"]:
+        roles = [b["role"] for b in g["buffers"]]
+        assert roles[3:] == (list(state) if g["requires_grad"] else []), roles
+    ck = str(tmp_path / "ck")
+    r = subprocess.run([tp.tool("fsdp-ckpt"), "save", "--plan", plan, "--dir", ck, "--fill", "3"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    keys = {k["key"] for k in fm.inspect(ck)["keys"]}
+    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+    steps = () if isinstance(opt, torch.optim.SGD) else ("step",)
+    assert {k for k in keys if k.startswith("optimizer.state.")} == {
+        f"optimizer.state.{n}.{s}" for n in trainable for s in state + steps}
+    # The planned param group has the kind's own keys (torch's order, values from group 0).
+    group = opt.state_dict()["param_groups"][0]
+    assert [k[len("optimizer.param_groups.0."):] for k in sorted(keys)
+            if k.startswith("optimizer.param_groups.0.")] == sorted(group)

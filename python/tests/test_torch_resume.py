@@ -39,10 +39,13 @@ def plan_cache(tmp_path_factory, monkeypatch):
 
 
 def _job(world, rank, kw):
-    """The user's job: a fresh model fully_shard-ed by Megatron-FSDP, AdamW with two param groups
-    (no weight decay for norms), a chainable LR scheduler."""
+    """The user's job: a fresh model fully_shard-ed by Megatron-FSDP, AdamW (or amsgrad, or SGD
+    with momentum) with two param groups (no weight decay for norms), a chainable LR
+    scheduler."""
     mc.install()
-    model, opt = mc.build(world, hsdp=kw.get("hsdp", False), two_groups=True)
+    model, opt = mc.build(world, hsdp=kw.get("hsdp", False), two_groups=True,
+                          optimizer=kw.get("optimizer", "adamw"),
+                          amsgrad=kw.get("amsgrad", False))
     if kw.get("main_style"):
         main_double.install()  # for this worker process's lifetime
         main_double.make_main_style(model)
@@ -61,7 +64,7 @@ def _dump(path, model, opt, sched, losses):
 
 
 def pieces(model, opt, att):
-    """{fqn: (row_offset, main weight rows, exp_avg rows, exp_avg_sq rows)} of this rank."""
+    """{fqn: (row_offset, main weight rows, rows of each state tensor by name)} of this rank."""
     out = {}
     for g in att.groups:
         for m in g.members:
@@ -72,7 +75,7 @@ def pieces(model, opt, att):
             st = opt.state.get(p, {})
             moments = tuple(
                 (st[r]._local_tensor if hasattr(st[r], "_local_tensor") else st[r]).detach().clone()
-                for r in ("exp_avg", "exp_avg_sq") if r in st)
+                for r in sorted(st) if r != "step")
             out[m.fqn] = (m.row_offset, local.detach().clone()) + moments
     return out
 
@@ -155,6 +158,9 @@ def _whole(pieces_by_rank):
     pytest.param(dict(world=2), id="fsdp2"),
     pytest.param(dict(world=4, hsdp=True), id="hsdp2x2"),
     pytest.param(dict(world=2, main_style=True), id="main-style-double"),
+    pytest.param(dict(world=2, amsgrad=True), id="fsdp2-amsgrad"),
+    pytest.param(dict(world=2, optimizer="sgd"), id="fsdp2-sgd-momentum"),
+    pytest.param(dict(world=4, hsdp=True, optimizer="sgd"), id="hsdp2x2-sgd-momentum"),
 ])
 def test_resume_is_bit_identical(tmp_path, kw):
     world = kw["world"]
@@ -164,6 +170,14 @@ def test_resume_is_bit_identical(tmp_path, kw):
     ck, saved, resumed = str(tmp_path / "ck"), str(tmp_path / "saved"), str(tmp_path / "resumed")
     tp.spawn(save_worker, world, ck, saved, kw)
     fm.verify(ck)
+    # The checkpoint holds the optimizer's own state tensors, named as torch names them.
+    states = {k["key"].rpartition(".")[2] for k in fm.inspect(ck)["keys"]
+              if k["key"].startswith("optimizer.state.")}
+    assert states == {"sgd": {"momentum_buffer"}}.get(
+        kw.get("optimizer"), {"exp_avg", "exp_avg_sq", "step"} | (
+            {"max_exp_avg_sq"} if kw.get("amsgrad") else set())), states
+    snap = _load_all(saved, world)[0]
+    assert {k.rpartition("/")[2] for k in snap if k.startswith("state/")} == states
     tp.spawn(resume_worker, world, ck, resumed, kw, more)
     for r, (a, b) in enumerate(zip(_load_all(never, world), _load_all(resumed, world))):
         a.pop("pieces"), b.pop("pieces"), a.pop("rng"), b.pop("rng")
@@ -173,21 +187,24 @@ def test_resume_is_bit_identical(tmp_path, kw):
     assert lrs and all(abs(lr - 1e-2 * 0.8 ** STEPS_BEFORE) < 1e-12 for lr in lrs), lrs
 
 
-def test_attach_before_training_changes_nothing(tmp_path):
+@pytest.mark.parametrize("kw", [{}, {"optimizer": "sgd"}, {"amsgrad": True}],
+                         ids=["adamw", "sgd-momentum", "amsgrad"])
+def test_attach_before_training_changes_nothing(tmp_path, kw):
     world = 2
     never, saved = str(tmp_path / "never"), str(tmp_path / "saved")
-    tp.spawn(run_worker, world, never, {}, STEPS_BEFORE)
-    tp.spawn(save_worker, world, str(tmp_path / "ck"), saved, {"attach_first": True})
+    tp.spawn(run_worker, world, never, kw, STEPS_BEFORE)
+    tp.spawn(save_worker, world, str(tmp_path / "ck"), saved, dict(kw, attach_first=True))
     for r, (a, b) in enumerate(zip(_load_all(never, world), _load_all(saved, world))):
         a.pop("pieces"), b.pop("pieces"), a.pop("rng"), b.pop("rng")
         _assert_same(a, b, f"rank {r}")
 
 
-@pytest.mark.parametrize("saved_world,load_world", [(4, 2), (2, 4)])
-def test_resume_on_another_world_size(tmp_path, saved_world, load_world):
+@pytest.mark.parametrize("saved_world,load_world,optimizer",
+                         [(4, 2, "adamw"), (2, 4, "adamw"), (4, 2, "sgd")])
+def test_resume_on_another_world_size(tmp_path, saved_world, load_world, optimizer):
     ck, saved, resumed = str(tmp_path / "ck"), str(tmp_path / "saved"), str(tmp_path / "resumed")
-    tp.spawn(save_worker, saved_world, ck, saved, {})
-    kw = {"saved_world": saved_world}
+    tp.spawn(save_worker, saved_world, ck, saved, {"optimizer": optimizer})
+    kw = {"saved_world": saved_world, "optimizer": optimizer}
     tp.spawn(resume_worker, load_world, ck, resumed, kw, 1)
     before = _whole([s["pieces"] for s in _load_all(saved, saved_world)])
     after = _whole([torch.load(f"{resumed}.loaded.{r}", weights_only=False)
@@ -318,3 +335,41 @@ def fsdp2_worker(rank, world, port, ckdir):
 
 def test_fsdp2_model_refused_with_the_reason(tmp_path):
     tp.spawn(fsdp2_worker, 2, str(tmp_path / "ck"))
+
+
+def test_dcp_load_reads_sgd_momentum(tmp_path):
+    """An SGD checkpoint as torch.distributed.checkpoint.load of a get_optimizer_state_dict-style
+    state dict reads it: whole momentum_buffer tensors equal to the saving ranks' pieces, SGD's
+    param-group keys with their live values, and no step (torch's SGD keeps none)."""
+    import torch.distributed.checkpoint as dcp
+    ck, saved = str(tmp_path / "ck"), str(tmp_path / "saved")
+    tp.spawn(save_worker, 2, ck, saved, {"optimizer": "sgd"})
+    keys = {k["key"]: k for k in fm.inspect(ck)["keys"]}
+    assert not [k for k in keys if k.startswith("optimizer.state.") and k.endswith(".step")]
+    fqns = [k[len("optimizer.state."):-len(".momentum_buffer")] for k in keys
+            if k.startswith("optimizer.state.")]
+    assert fqns and all(k.endswith(".momentum_buffer") for k in keys
+                        if k.startswith("optimizer.state."))
+    dummy = [torch.nn.Parameter(torch.zeros(1)), torch.nn.Parameter(torch.zeros(1))]
+    opt = torch.optim.SGD([{"params": [dummy[0]]}, {"params": [dummy[1]]}], lr=1.0,
+                          momentum=0.5)
+    torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    groups = [dict(g, params=[]) for g in opt.state_dict()["param_groups"]]
+    state = {f: {"momentum_buffer": torch.zeros(keys[f"optimizer.state.{f}.momentum_buffer"]
+                                                ["shape"])} for f in fqns}
+    sd = {"optimizer": {"state": state, "param_groups": groups}}
+    dcp.load(sd, checkpoint_id=ck, no_dist=True)
+    live = _load_all(saved, 2)[0]["param_groups"]
+    for mine, theirs in zip(sd["optimizer"]["param_groups"], live):
+        for key in ("lr", "initial_lr", "momentum", "dampening", "nesterov", "weight_decay"):
+            assert mine[key] == theirs[key], key
+        assert mine["params"] == theirs["param_names"]
+    whole = _whole([s["pieces"] for s in _load_all(saved, 2)])
+    assert set(fqns) <= set(whole)
+    for fqn in fqns:
+        rows = whole[fqn]
+        got = sd["optimizer"]["state"][fqn]["momentum_buffer"]
+        momentum_rows = {r: t for (i, r), t in rows.items() if i == 1}  # (main, momentum)
+        assert len(momentum_rows) == got.shape[0], fqn
+        for r, t in momentum_rows.items():
+            assert torch.equal(got[r].to(t.dtype), t), (fqn, r)

@@ -255,43 +255,71 @@ def resolve(model, att: _Attachment, what: str) -> None:
 
 def _optimizer_state(att: _Attachment, found) -> None:
     """The optimizer's state tensors as views of packed buffers of the plan's layout: where they
-    already are (the framework's or ours), else moved into buffers of ours; missing state is
-    created there (step 0, zero moments: what torch's first step would create)."""
+    already are (the framework's or ours), else moved into buffers of ours; missing Adam state
+    is created there (step 0, zeros: what torch's first step would create). State torch has
+    not created yet and creates otherwise (SGD's momentum_buffer, a copy of the first
+    gradient) is left missing; its part of the buffer is zero, as a checkpoint holds it."""
     opt = att.optimizer
-    _optim.supported(opt)
-    roles_of = {g.index: [r for r in _optim.STATE_ROLES if r in g.roles] for g in att.groups}
+    roles = _optim.state_roles(opt)
+    roles_of = {g.index: [r for r in roles if r in g.roles] for g in att.groups}
+
+    def view_of(g, m, buf, like):
+        view = buf[m.local_offset: m.local_offset + m.rows * m.row_size].view(m.local_shape)
+        return _rewrap(like, view)
 
     def views(p, role):
         g, m = att.member_of(p)
         if g is None or role not in roles_of[g.index]:
             return None
-        main = found[(g.index, "main_weight")]
-        buf = _own(att, g, role, main.device)
-        view = buf[m.local_offset: m.local_offset + m.rows * m.row_size].view(m.local_shape)
-        return _rewrap(p, view)
+        return view_of(g, m, _own(att, g, role, found[(g.index, "main_weight")].device), p)
 
     _optim.create_missing_state(opt, att.trainable_params(), views)
     for g in att.groups:
         for role in roles_of[g.index]:
-            members = []
+            held, missing = [], []
             for m in g.members:
                 st = opt.state.get(att.params[m.fqn])
-                if not st or role not in st:
+                if st and role in st and st[role] is not None:
+                    held.append((m, st[role]))
+                elif role in _optim._ZERO_AT_FIRST_STEP:
                     raise ValueError(f"the optimizer has no {role} for parameter {m.fqn!r} (is "
                                      "it one of the optimizer's parameters?)")
-                members.append((m, st[role]))
-            buf, how = _find_packed(g, role, members, f"optimizer state {role} of",
-                                    allow_adopt=True)
-            if how != "packed":
+                else:
+                    missing.append(m)
+            buf, how = (_find_packed(g, role, held, f"optimizer state {role} of",
+                                     allow_adopt=True) if held else (None, "none"))
+            if how != "packed" or missing:
                 main = found[(g.index, "main_weight")]
                 buf = att.given.get((g.index, role))
                 if buf is None:
                     buf = _own(att, g, role, main.device)
-                for m, old in members:
-                    view = buf[m.local_offset: m.local_offset + m.rows * m.row_size].view(
-                        m.local_shape)
-                    if m.rows > 0 and _local(old).data_ptr() != view.data_ptr():
-                        view.copy_(_local(old).reshape(m.local_shape))
-                    opt.state[att.params[m.fqn]][role] = _rewrap(old, view)
+                for m, old in held:
+                    view = view_of(g, m, buf, old)
+                    if m.rows > 0 and _local(old).data_ptr() != _local(view).data_ptr():
+                        _local(view).copy_(_local(old).reshape(m.local_shape))
+                    opt.state[att.params[m.fqn]][role] = view
+                for m in missing:
+                    if m.rows > 0:
+                        buf[m.local_offset: m.local_offset + m.rows * m.row_size].zero_()
             found[(g.index, role)] = buf
 
+
+def give_loaded_state(att: _Attachment) -> None:
+    """After a load: every trainable parameter holds each state tensor, as views of the buffers
+    the load filled (state torch creates lazily, such as SGD's momentum_buffer, included)."""
+    opt = att.optimizer
+    stepped = {id(p) for group in opt.param_groups for p in group["params"]}
+    for g in att.groups:
+        for role in _optim.state_roles(opt):
+            buf = att.buffers.get((g.index, role))
+            if buf is None or not g.requires_grad:
+                continue
+            for m in g.members:
+                p = att.params[m.fqn]
+                if id(p) not in stepped:
+                    continue
+                st = opt.state[p]
+                if st.get(role) is None:
+                    view = buf[m.local_offset: m.local_offset + m.rows * m.row_size].view(
+                        m.local_shape)
+                    st[role] = _rewrap(p, view)

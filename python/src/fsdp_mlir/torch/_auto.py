@@ -89,6 +89,12 @@ def attach_from_model(model, optimizer, what: str):
     if "optimizer" in desc:
         # Hyper-parameters are live (every save writes the optimizer's own): the plan needs only
         # which state the optimizer keeps, so an LR schedule never changes the cache key.
-        desc["optimizer"] = {k: desc["optimizer"][k] for k in ("kind", "state_dtype")}
+        # `state` (checked against amsgrad / momentum) decides the buffers; a nonzero momentum
+        # is kept as 1, so a momentum schedule does not either.
+        opt = desc["optimizer"]
+        kept = {k: opt[k] for k in ("kind", "state_dtype", "amsgrad", "state") if k in opt}
+        if opt.get("momentum"):
+            kept["momentum"] = 1.0
+        desc["optimizer"] = kept
     attach(model, optimizer, compiled_plan(desc))
     return attached(model)

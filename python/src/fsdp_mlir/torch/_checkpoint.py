@@ -15,7 +15,7 @@ from typing import Any, Dict, List
 import torch
 
 from . import _auto, _optim, _state
-from ._attach import _Attachment, attached, resolve
+from ._attach import _Attachment, attached, give_loaded_state, resolve
 from ._layout import _fm
 
 _PARAM_GROUPS = "optimizer.param_groups."
@@ -151,9 +151,10 @@ def load_checkpoint(model: torch.nn.Module, optimizer, checkpoint_dir, *,
         return _state.read_bytes_item(key, values[key])
 
     if att.optimizer is not None:
+        give_loaded_state(att)
         if result.get("step") is not None:
             _optim.restore_steps(att.optimizer, att.params, float(result["step"]))
-        elif strict:
+        elif strict and _optim.keeps_step(att.optimizer):
             raise _fm().Incompatible("load_checkpoint: the checkpoint holds no optimizer step "
                                      "(strict=False loads what fits)")
         saved = {k: value(k) for k in list(values) + list(tensors) if k.startswith(_PARAM_GROUPS)}

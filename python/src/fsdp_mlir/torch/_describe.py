@@ -71,36 +71,13 @@ def _placements_list(placements, axes: Optional[int]) -> List[str]:
 
 
 def _optimizer_dict(optimizer, state_dtype) -> Dict[str, Any]:
-    kind = None
-    if isinstance(optimizer, torch.optim.AdamW):
-        kind = "adamw"
-    elif isinstance(optimizer, torch.optim.Adam):
-        kind = "adamw" if optimizer.defaults.get("decoupled_weight_decay") else "adam"
-    if kind is None:
-        raise ValueError(f"describe: optimizer {type(optimizer).__name__} is not supported "
-                         "(torch.optim.Adam or torch.optim.AdamW)")
-    groups = optimizer.param_groups
-
-    def number(x):
-        return float(x.item()) if isinstance(x, torch.Tensor) else float(x)
-
-    # Group 0's hyper-parameters are the description's (what fsdp-ckpt writes); a save through
-    # fsdp_mlir.torch writes every group's live values instead, so groups may differ.
-    first = groups[0]
-    lr, betas, eps, wd = (number(first["lr"]), tuple(number(b) for b in first["betas"]),
-                          number(first["eps"]), number(first["weight_decay"]))
-    if any(g.get("amsgrad") for g in groups):
-        raise ValueError("describe: amsgrad=True keeps max_exp_avg_sq, which fsdp-model-v1 does "
-                         "not describe yet (exp_avg and exp_avg_sq only)")
-    if state_dtype is None:
-        state_dtype = "f32"
-        for st in optimizer.state.values():
-            t = st.get("exp_avg") if isinstance(st, Mapping) else None
-            if isinstance(t, torch.Tensor):
-                state_dtype = _short_dtype(t.dtype, "optimizer state")
-                break
-    return {"kind": kind, "lr": lr, "betas": list(betas), "eps": eps, "weight_decay": wd,
-            "state_dtype": _short_dtype(state_dtype, "state_dtype")}
+    from . import _optim
+    try:
+        out = _optim.description(optimizer, state_dtype)
+    except ValueError as e:
+        raise ValueError(f"describe: {e}") from None
+    out["state_dtype"] = _short_dtype(out["state_dtype"], "state_dtype")
+    return out
 
 
 def describe(module: torch.nn.Module, units: Iterable = (), mesh=None,
@@ -112,8 +89,8 @@ def describe(module: torch.nn.Module, units: Iterable = (), mesh=None,
     units: the `fully_shard` modules, as FQNs or module objects; the root is always a unit
     (it owns what no listed unit owns, as a final `fully_shard(model)` does). mesh: {"dp": N}
     (or [("dp_outer", 2), ("dp_shard", 4)], or None to give it at compile time). placements:
-    one per mesh axis for every unit. optimizer: a torch.optim.Adam/AdamW whose
-    hyper-parameters the checkpoint stores. Tied parameters (one storage under several names)
+    one per mesh axis for every unit. optimizer: a torch.optim.Adam, AdamW or SGD whose
+    hyper-parameters the checkpoint stores and whose state tensors the plan holds. Tied parameters (one storage under several names)
     carry `tied_to` their first FQN; frozen ones (requires_grad=False) `requires_grad: false`.
     DTensor parameters are described by their global shape. Works on meta-device models.
     param_dtypes: {fqn: dtype} for parameters whose tensor is not of the model's dtype (after

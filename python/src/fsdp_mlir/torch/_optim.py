@@ -4,36 +4,107 @@ param groups, which are live: saved as the optimizer holds them at each save, re
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Sequence
+from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
 import torch
 
 from ._layout import _local
 
-#: The per-parameter state tensors of the optimizers a plan describes, by buffer role.
-STATE_ROLES = ("exp_avg", "exp_avg_sq")
+_SUPPORTED = "torch.optim.Adam, torch.optim.AdamW (amsgrad too) and torch.optim.SGD"
+
+
+def _number(x) -> float:
+    return float(x.item()) if isinstance(x, torch.Tensor) else float(x)
+
+
+def _kind(optimizer) -> str:
+    if isinstance(optimizer, torch.optim.AdamW):
+        return "adamw"
+    if isinstance(optimizer, torch.optim.Adam):
+        return "adamw" if optimizer.defaults.get("decoupled_weight_decay") else "adam"
+    if isinstance(optimizer, torch.optim.SGD):
+        return "sgd"
+    raise ValueError(f"optimizer {type(optimizer).__name__} is not supported: the plan describes "
+                     f"the state of {_SUPPORTED}")
+
+
+def _same_in_every_group(optimizer, key: str, test) -> bool:
+    """What `test` says of every param group's `key`, refusing groups that disagree: the plan
+    gives every parameter the same state tensors."""
+    seen = {bool(test(g.get(key))) for g in optimizer.param_groups}
+    if len(seen) > 1:
+        values = [g.get(key) for g in optimizer.param_groups]
+        raise ValueError(f"optimizer param groups differ in {key} ({values}): they would keep "
+                         "different state tensors, and a plan gives every parameter the same "
+                         "ones")
+    return seen.pop() if seen else False
+
+
+def state_roles(optimizer) -> Tuple[str, ...]:
+    """The per-parameter state tensors the optimizer keeps, in torch's names and order (the
+    plan's buffer roles: OptimizerOp::getStateTensors decides the same from a description)."""
+    kind = _kind(optimizer)
+    if kind == "sgd":
+        momentum = _same_in_every_group(optimizer, "momentum", lambda m: _number(m or 0) != 0)
+        return ("momentum_buffer",) if momentum else ()
+    amsgrad = _same_in_every_group(optimizer, "amsgrad", bool)
+    return ("exp_avg", "exp_avg_sq") + (("max_exp_avg_sq",) if amsgrad else ())
+
+
+def keeps_step(optimizer) -> bool:
+    """Whether the optimizer keeps a `step` per parameter (Adam, AdamW; not SGD)."""
+    return _kind(optimizer) != "sgd"
 
 
 def supported(optimizer) -> None:
-    """Refuses an optimizer whose state the plan cannot hold, naming what is missing."""
-    if not isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW)):
-        raise ValueError(f"optimizer {type(optimizer).__name__} is not supported yet: its state "
-                         "is not exp_avg/exp_avg_sq (torch.optim.Adam or AdamW)")
-    for i, group in enumerate(optimizer.param_groups):
-        if group.get("amsgrad"):
-            raise ValueError(f"optimizer param group {i} has amsgrad=True: max_exp_avg_sq is not "
-                             "described by the plan yet")
+    """Refuses an optimizer whose state the plan cannot hold, naming why."""
+    state_roles(optimizer)
+
+
+def description(optimizer, state_dtype) -> Dict[str, Any]:
+    """The description's optimizer (docs/ModelDescription.md): group 0's hyper-parameters (what
+    fsdp-ckpt writes; a save through fsdp_mlir.torch writes every group's live values) and the
+    state tensors the optimizer keeps."""
+    kind, roles = _kind(optimizer), state_roles(optimizer)
+    first = optimizer.param_groups[0]
+    out: Dict[str, Any] = {"kind": kind, "lr": _number(first["lr"]),
+                           "weight_decay": _number(first["weight_decay"])}
+    if kind == "sgd":
+        out.update(momentum=_number(first["momentum"]), dampening=_number(first["dampening"]),
+                   nesterov=bool(first["nesterov"]))
+    else:
+        out.update(betas=[_number(b) for b in first["betas"]], eps=_number(first["eps"]),
+                   amsgrad="max_exp_avg_sq" in roles)
+    if state_dtype is None and roles:
+        for st in optimizer.state.values():
+            t = st.get(roles[0]) if isinstance(st, Mapping) else None
+            if isinstance(t, torch.Tensor):
+                state_dtype = t.dtype
+                break
+    out["state_dtype"] = state_dtype if state_dtype is not None else "f32"
+    out["state"] = list(roles)
+    return out
 
 
 def _scalar_dtype():
     return torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
 
 
+#: State torch creates as zeros on a parameter's first step, before using it: creating it
+#: earlier changes nothing. SGD's momentum_buffer is a copy of the first gradient instead, so
+#: it is left for torch to create.
+_ZERO_AT_FIRST_STEP = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")
+
+
 def create_missing_state(optimizer, params: Sequence[Any], views) -> None:
     """Gives every parameter in `params` that the optimizer would step but has no state yet the
-    state torch's Adam creates on its first step: step 0, zero moments. No step is taken and
-    no value changes, so training afterwards is bit-identical to training without this. The
-    moments are `views(param, role)` (views of packed buffers) where it gives one."""
+    state torch's Adam creates on its first step: step 0, zero moments (and maximum, with
+    amsgrad). No step is taken and no value changes, so training afterwards is bit-identical
+    to training without this. The tensors are `views(param, role)` (views of packed buffers)
+    where it gives one. SGD's state is left to torch (see _ZERO_AT_FIRST_STEP)."""
+    roles = [r for r in state_roles(optimizer) if r in _ZERO_AT_FIRST_STEP]
+    if not roles:
+        return
     groups = {id(p): g for g in optimizer.param_groups for p in g["params"]}
     for p in params:
         group = groups.get(id(p))
@@ -45,7 +116,7 @@ def create_missing_state(optimizer, params: Sequence[Any], views) -> None:
         on_device = group.get("capturable") or group.get("fused")
         state["step"] = (torch.zeros((), dtype=_scalar_dtype(), device=_local(p).device)
                          if on_device else torch.tensor(0.0, dtype=_scalar_dtype()))
-        for role in STATE_ROLES:
+        for role in roles:
             view = views(p, role)
             state[role] = view if view is not None else torch.zeros_like(
                 p, memory_format=torch.preserve_format)
