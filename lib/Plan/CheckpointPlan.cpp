@@ -35,12 +35,11 @@ uint64_t alignUp(uint64_t value, uint64_t alignment) {
 /// in its order (docs/CheckpointFormat.md).
 const std::vector<const char *> &hyperParameterNames(OptimizerKind kind) {
   static const std::vector<const char *> adam = {
-      "lr",         "betas",          "eps",   "weight_decay",           "amsgrad", "maximize",
-      "foreach",    "capturable",     "differentiable", "fused", "decoupled_weight_decay",
-      "params"};
+      "lr",       "betas",      "eps",   "weight_decay", "amsgrad", "maximize",
+      "foreach",  "capturable", "differentiable", "fused", "decoupled_weight_decay", "params"};
   static const std::vector<const char *> sgd = {
-      "lr",      "momentum",       "dampening", "weight_decay", "nesterov",
-      "maximize", "foreach", "differentiable", "fused",        "params"};
+      "lr",       "momentum", "dampening",      "weight_decay", "nesterov",
+      "maximize", "foreach",  "differentiable", "fused",        "params"};
   return kind == OptimizerKind::SGD ? sgd : adam;
 }
 

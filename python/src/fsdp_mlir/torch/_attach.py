@@ -281,7 +281,7 @@ def _optimizer_state(att: _Attachment, found) -> None:
                 st = opt.state.get(att.params[m.fqn])
                 if st and role in st and st[role] is not None:
                     held.append((m, st[role]))
-                elif role in _optim._ZERO_AT_FIRST_STEP:
+                elif role in _optim.CREATED_AS_ZEROS:
                     raise ValueError(f"the optimizer has no {role} for parameter {m.fqn!r} (is "
                                      "it one of the optimizer's parameters?)")
                 else:

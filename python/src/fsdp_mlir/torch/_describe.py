@@ -90,8 +90,9 @@ def describe(module: torch.nn.Module, units: Iterable = (), mesh=None,
     (it owns what no listed unit owns, as a final `fully_shard(model)` does). mesh: {"dp": N}
     (or [("dp_outer", 2), ("dp_shard", 4)], or None to give it at compile time). placements:
     one per mesh axis for every unit. optimizer: a torch.optim.Adam, AdamW or SGD whose
-    hyper-parameters the checkpoint stores and whose state tensors the plan holds. Tied parameters (one storage under several names)
-    carry `tied_to` their first FQN; frozen ones (requires_grad=False) `requires_grad: false`.
+    hyper-parameters the checkpoint stores and whose state tensors the plan holds. Tied
+    parameters (one storage under several names) carry `tied_to` their first FQN; frozen ones
+    (requires_grad=False) `requires_grad: false`.
     DTensor parameters are described by their global shape. Works on meta-device models.
     param_dtypes: {fqn: dtype} for parameters whose tensor is not of the model's dtype (after
     Megatron-FSDP's fully_shard a parameter is its f32 main weight; the model dtype is that of

@@ -93,7 +93,7 @@ def _scalar_dtype():
 #: State torch creates as zeros on a parameter's first step, before using it: creating it
 #: earlier changes nothing. SGD's momentum_buffer is a copy of the first gradient instead, so
 #: it is left for torch to create.
-_ZERO_AT_FIRST_STEP = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")
+CREATED_AS_ZEROS = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")
 
 
 def create_missing_state(optimizer, params: Sequence[Any], views) -> None:
@@ -101,8 +101,8 @@ def create_missing_state(optimizer, params: Sequence[Any], views) -> None:
     state torch's Adam creates on its first step: step 0, zero moments (and maximum, with
     amsgrad). No step is taken and no value changes, so training afterwards is bit-identical
     to training without this. The tensors are `views(param, role)` (views of packed buffers)
-    where it gives one. SGD's state is left to torch (see _ZERO_AT_FIRST_STEP)."""
-    roles = [r for r in state_roles(optimizer) if r in _ZERO_AT_FIRST_STEP]
+    where it gives one. SGD's state is left to torch (see CREATED_AS_ZEROS)."""
+    roles = [r for r in state_roles(optimizer) if r in CREATED_AS_ZEROS]
     if not roles:
         return
     groups = {id(p): g for g in optimizer.param_groups for p in g["params"]}
