@@ -155,6 +155,32 @@ Status readWholeTensor(CheckpointReader &reader, const Exported &tensor, char *o
   return loader.loadPiece(plan.reads[0], 0, *buffers, staging);
 }
 
+/// An export may not replace the checkpoint it reads, nor anything holding it
+/// or inside it: refused before anything is written.
+Status refuseOverlap(Storage &storage, const std::string &source, const std::string &target) {
+  Result<std::string> from = storage.realPath(source);
+  if (!from)
+    return from.failure();
+  // The target may not exist yet: its parent does, or the export fails later.
+  std::string to = target;
+  if (Result<std::string> whole = storage.realPath(target))
+    to = *whole;
+  else if (Result<std::string> parent = storage.realPath(parentDir(target)))
+    to = *parent + "/" + baseName(target);
+  auto within = [](const std::string &inner, const std::string &outer) {
+    return inner == outer ||
+           (inner.size() > outer.size() && inner.compare(0, outer.size(), outer) == 0 &&
+            (outer == "/" || inner[outer.size()] == '/'));
+  };
+  if (within(to, *from) || within(*from, to))
+    return makeError(printable(target) + ": the export would " +
+                         (within(to, *from) ? "be written inside" : "replace a directory holding") +
+                         " the checkpoint it reads (" + printable(source) +
+                         "): choose a directory apart from it",
+                     ErrorKind::InvalidArgument);
+  return Status::success();
+}
+
 /// Writes the shards and the index into `staging`.
 Status writeExport(CheckpointReader &reader, const std::vector<Exported> &tensors,
                    const std::vector<std::vector<size_t>> &shards, const std::string &staging,
@@ -222,6 +248,11 @@ Status writeExport(CheckpointReader &reader, const std::vector<Exported> &tensor
       return status;
     result.files.push_back("model.safetensors.index.json");
   }
+  // What lets a later --overwrite know this directory as an export of ours.
+  if (Status status = writeFileDurably(storage, staging, kExportMarker,
+                                       "written by fsdp-ckpt export; --overwrite replaces it\n");
+      !status)
+    return status;
   return storage.syncDir(staging);
 }
 
@@ -274,14 +305,19 @@ Result<ExportResult> exportSafetensors(const std::string &dir, const std::string
 
   // Claimed like a save's target; staged beside it, renamed into place.
   std::string target = trimSlashes(out);
+  if (target.empty())
+    return makeError("the export directory is an empty path", ErrorKind::InvalidArgument);
+  if (Status status = refuseOverlap(storage, trimSlashes(dir), target); !status)
+    return status.failure();
   std::string staging = stagingDirFor(target);
   Result<std::unique_ptr<Claim>> claim = storage.claim(lockPathFor(target), claimHolder());
   if (!claim)
     return claim.failure();
-  bool targetExists = storage.exists(target);
-  if (targetExists && !options.overwrite)
-    return makeError(target + ": already exists (pass --overwrite to replace it)",
-                     ErrorKind::InvalidArgument);
+  Result<ExistingTarget> existing =
+      checkReplaceable(storage, target, ReplaceTarget::Export, options.overwrite);
+  if (!existing)
+    return existing.failure();
+  bool targetExists = existing->exists;
   if (Status status = storage.removeTree(staging); !status)
     return status.failure();
   if (Status status = storage.makeDir(staging); !status)
@@ -300,15 +336,7 @@ Result<ExportResult> exportSafetensors(const std::string &dir, const std::string
                                 (targetExists ? "nothing replaced" : "nothing written") + ": " +
                                 wrote.error());
   }
-  if (targetExists) {
-    if (Status status = storage.exchange(staging, target); !status)
-      return status.failure();
-    if (Status status = storage.removeTree(staging); !status)
-      return status.failure();
-  } else if (Status status = storage.rename(staging, target); !status) {
-    return status.failure();
-  }
-  if (Status status = storage.syncDir(parentDir(target)); !status)
+  if (Status status = commitStaged(storage, staging, target, *existing); !status)
     return status.failure();
   result.bytesReadStorage = (*reader)->bytesRead();
   result.seconds =

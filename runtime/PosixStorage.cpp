@@ -134,7 +134,7 @@ public:
   Result<std::unique_ptr<Claim>> claim(const std::string &lockPath,
                                        const std::string &holder) override {
     for (int attempt = 0; attempt < 100; ++attempt) {
-      int fd = ::open(lockPath.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+      int fd = ::open(lockPath.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
       if (fd < 0)
         return errnoError(lockPath, "cannot create the lock file", errno);
       if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
@@ -149,6 +149,16 @@ public:
       // The previous holder may have unlinked the file between our open and
       // our lock: then we hold a lock nobody else can see; try again.
       struct stat opened, named;
+      // Only a lock file of ours is truncated and written: a hard link to some
+      // other file (or a device) planted at the lock's name is refused.
+      if (::fstat(fd, &opened) == 0 && (!S_ISREG(opened.st_mode) || opened.st_nlink > 1)) {
+        ::close(fd);
+        return makeError(lockPath + ": not a lock file of ours (" +
+                             (S_ISREG(opened.st_mode) ? "a file with other links"
+                                                      : "not a regular file") +
+                             "): remove it if no save is running",
+                         ErrorKind::InvalidArgument);
+      }
       if (::fstat(fd, &opened) == 0 && ::stat(lockPath.c_str(), &named) == 0 &&
           opened.st_ino == named.st_ino && opened.st_dev == named.st_dev) {
         if (::ftruncate(fd, 0) == 0) {
@@ -193,6 +203,46 @@ public:
     struct stat info;
     return ::lstat(path.c_str(), &info) == 0;
   }
+  Result<PathStatus> status(const std::string &path) override {
+    struct stat info;
+    PathStatus out;
+    if (::lstat(path.c_str(), &info) != 0) {
+      if (errno == ENOENT)
+        return out;
+      return errnoError(path, "cannot stat", errno);
+    }
+    out.kind = S_ISDIR(info.st_mode)   ? PathStatus::Kind::Directory
+               : S_ISREG(info.st_mode) ? PathStatus::Kind::RegularFile
+               : S_ISLNK(info.st_mode) ? PathStatus::Kind::Link
+                                       : PathStatus::Kind::Other;
+    out.mode = info.st_mode & 07777;
+    out.device = info.st_dev;
+    out.inode = info.st_ino;
+    return out;
+  }
+  Result<std::vector<std::string>> listDir(const std::string &path) override {
+    DIR *dir = ::opendir(path.c_str());
+    if (!dir)
+      return errnoError(path, "cannot open directory", errno);
+    std::vector<std::string> names;
+    while (dirent *entry = ::readdir(dir)) {
+      std::string name = entry->d_name;
+      if (name != "." && name != "..")
+        names.push_back(name);
+    }
+    ::closedir(dir);
+    return names;
+  }
+  Status link(const std::string &existing, const std::string &name) override {
+    if (::link(existing.c_str(), name.c_str()) != 0)
+      return errnoError(existing, "cannot link to " + name, errno);
+    return Status::success();
+  }
+  Status setMode(const std::string &path, uint32_t mode) override {
+    if (::chmod(path.c_str(), mode) != 0)
+      return errnoError(path, "cannot set the mode", errno);
+    return Status::success();
+  }
   Status makeDir(const std::string &path) override {
     if (::mkdir(path.c_str(), 0755) != 0)
       return errnoError(path, "cannot create directory", errno);
@@ -203,17 +253,10 @@ public:
     if (::lstat(path.c_str(), &info) != 0)
       return errno == ENOENT ? Status::success() : Status(errnoError(path, "cannot stat", errno));
     if (S_ISDIR(info.st_mode)) {
-      DIR *dir = ::opendir(path.c_str());
-      if (!dir)
-        return errnoError(path, "cannot open directory", errno);
-      std::vector<std::string> names;
-      while (dirent *entry = ::readdir(dir)) {
-        std::string name = entry->d_name;
-        if (name != "." && name != "..")
-          names.push_back(name);
-      }
-      ::closedir(dir);
-      for (const std::string &name : names)
+      Result<std::vector<std::string>> names = listDir(path);
+      if (!names)
+        return names.failure();
+      for (const std::string &name : *names)
         if (Status status = removeTree(path + "/" + name); !status)
           return status;
       if (::rmdir(path.c_str()) != 0)
@@ -315,6 +358,16 @@ public:
   }
   Result<std::string> realPath(const std::string &path) override { return base_->realPath(path); }
   bool exists(const std::string &path) override { return base_->exists(path); }
+  Result<PathStatus> status(const std::string &path) override { return base_->status(path); }
+  Result<std::vector<std::string>> listDir(const std::string &path) override {
+    return base_->listDir(path);
+  }
+  Status link(const std::string &existing, const std::string &name) override {
+    return base_->link(existing, name);
+  }
+  Status setMode(const std::string &path, uint32_t mode) override {
+    return base_->setMode(path, mode);
+  }
   Status makeDir(const std::string &path) override { return base_->makeDir(path); }
   Status removeTree(const std::string &path) override { return base_->removeTree(path); }
   Status rename(const std::string &from, const std::string &to) override {

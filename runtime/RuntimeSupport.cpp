@@ -1,5 +1,9 @@
 //===- RuntimeSupport.cpp - Helpers shared by save, load and verify -------===//
 #include "RuntimeSupport.h"
+#include "fsdp/Support/Printable.h"
+
+#include <algorithm>
+#include <cstdio>
 
 #include <ctime>
 #include <unistd.h>
@@ -76,6 +80,106 @@ Status refuseStagingDir(const std::string &dir) {
                            "it is incomplete and is not read",
                      ErrorKind::NotFound);
   return Status::success();
+}
+
+namespace {
+
+bool isExportFileName(const std::string &name) {
+  if (name == "model.safetensors" || name == "model.safetensors.index.json")
+    return true;
+  unsigned index = 0, count = 0;
+  char tail[2] = {0, 0};
+  // model-00001-of-00002.safetensors, as the export names its shards.
+  return name.size() == std::string("model-00001-of-00002.safetensors").size() &&
+         std::sscanf(name.c_str(), "model-%5u-of-%5u.safetensor%1c", &index, &count, tail) == 3 &&
+         tail[0] == 's' && index >= 1 && index <= count;
+}
+
+} // namespace
+
+Result<ExistingTarget> checkReplaceable(Storage &storage, const std::string &target,
+                                        ReplaceTarget what, bool overwrite) {
+  if (target.empty())
+    return makeError("the target directory is an empty path", ErrorKind::InvalidArgument);
+  Result<PathStatus> found = storage.status(target);
+  if (!found)
+    return found.failure();
+  ExistingTarget existing;
+  if (found->kind == PathStatus::Kind::Missing)
+    return existing;
+  existing.exists = true;
+  existing.mode = found->mode;
+  const char *noun = what == ReplaceTarget::Checkpoint ? "a checkpoint" : "an export";
+  if (!overwrite)
+    return makeError(printable(target) + ": " +
+                         (what == ReplaceTarget::Checkpoint ? "a checkpoint already exists"
+                                                            : "already exists") +
+                         " (pass --overwrite to replace it)",
+                     ErrorKind::InvalidArgument);
+  auto refuse = [&](const std::string &why) {
+    return makeError(printable(target) + ": " + why + ": --overwrite replaces only " + noun +
+                         (what == ReplaceTarget::Checkpoint
+                              ? " (a directory with a .metadata)"
+                              : " of safetensors files this tool wrote") +
+                         "; remove it yourself if it is meant to go",
+                     ErrorKind::InvalidArgument);
+  };
+  switch (found->kind) {
+  case PathStatus::Kind::Directory:
+    break;
+  case PathStatus::Kind::RegularFile:
+    return refuse("a regular file, not " + std::string(noun));
+  case PathStatus::Kind::Link:
+    return refuse("a symbolic link, not " + std::string(noun));
+  default:
+    return refuse("not a directory");
+  }
+  Result<std::vector<std::string>> names = storage.listDir(target);
+  if (!names)
+    return names.failure();
+  if (what == ReplaceTarget::Checkpoint) {
+    Result<PathStatus> metadata = storage.status(target + "/.metadata");
+    if (!metadata)
+      return metadata.failure();
+    if (!names->empty() && metadata->kind != PathStatus::Kind::RegularFile)
+      return refuse("a directory without a .metadata, not " + std::string(noun));
+    return existing;
+  }
+  if (!names->empty() && !std::count(names->begin(), names->end(), kExportMarker))
+    return refuse(std::string("no ") + kExportMarker + " in it, so not an export of ours");
+  for (const std::string &name : *names) {
+    if (isExportFileName(name) || name == kExportMarker)
+      continue;
+    Result<PathStatus> entry = storage.status(target + "/" + name);
+    if (!entry)
+      return entry.failure();
+    bool model = name.size() > 12 && name.compare(name.size() - 12, 12, ".safetensors") == 0;
+    if (entry->kind != PathStatus::Kind::RegularFile || model)
+      return refuse("it holds '" + printable(name) + "', " +
+                    (model ? "safetensors that no export of ours wrote"
+                           : "which is not a plain file"));
+    existing.carried.push_back(name);
+  }
+  return existing;
+}
+
+Status commitStaged(Storage &storage, const std::string &staging, const std::string &target,
+                    const ExistingTarget &existing) {
+  if (existing.exists) {
+    for (const std::string &name : existing.carried)
+      if (Status status = storage.link(target + "/" + name, staging + "/" + name); !status)
+        return status;
+    if (Status status = storage.setMode(staging, existing.mode); !status)
+      return status;
+    if (Status status = storage.exchange(staging, target); !status)
+      return status;
+    // What was replaced now sits at the staging path.
+    if (Status status = storage.removeTree(staging); !status)
+      return status;
+  } else if (Status status = storage.rename(staging, target); !status) {
+    return status;
+  }
+  return storage.syncDir(parentDir(target));
 }
 
 Status writeFileDurably(Storage &storage, const std::string &dir, const std::string &name,

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace fsdp {
 namespace runtime {
@@ -45,6 +46,29 @@ std::string claimHolder();
 /// An error when `dir` is a staging directory: a save that never committed,
 /// however complete its files look.
 Status refuseStagingDir(const std::string &dir);
+
+/// What --overwrite may replace: a checkpoint (ours or DCP's: a `.metadata`
+/// in it) for a save, a safetensors export of ours for an export; an empty
+/// directory for either. Anything else stays untouched. The other plain files
+/// of an export directory (config.json, tokenizer files: what makes it a
+/// Hugging Face model) are carried into the new export.
+enum class ReplaceTarget { Checkpoint, Export };
+/// The file that marks a directory as an export of ours (a Hugging Face model
+/// directory has the same safetensors names).
+inline constexpr const char *kExportMarker = ".fsdp-export";
+struct ExistingTarget {
+  bool exists = false;
+  uint32_t mode = 0;                // kept by the replacement
+  std::vector<std::string> carried; // names linked into the replacement
+};
+/// What stands at `target`, or an invalid-argument error naming it when it
+/// is something an overwrite must not replace (or `overwrite` is false).
+Result<ExistingTarget> checkReplaceable(Storage &storage, const std::string &target,
+                                        ReplaceTarget what, bool overwrite);
+/// Puts the staged directory at `target`, replacing what checkReplaceable
+/// found there (its mode kept), then syncs the parent.
+Status commitStaged(Storage &storage, const std::string &staging, const std::string &target,
+                    const ExistingTarget &existing);
 
 /// dir/name.tmp, fsync, rename to dir/name.
 Status writeFileDurably(Storage &storage, const std::string &dir, const std::string &name,

@@ -409,7 +409,7 @@ bool patchBytesLengths(dcp::Metadata &metadata,
 /// The committing rank's part: the live items, the integrity index, the
 /// chunk index, `.metadata`, then the rename.
 Status commit(const plan::PlanFile &planFile, const std::string &staging, const std::string &target,
-              bool targetExists, Storage &storage, const SaveOptions &options,
+              const ExistingTarget &existing, Storage &storage, const SaveOptions &options,
               std::vector<integrity::ItemChecksum> items, TransferStats &stats) {
   Result<std::string> metadata = planFile.metadataBytes();
   if (!metadata)
@@ -498,16 +498,7 @@ Status commit(const plan::PlanFile &planFile, const std::string &staging, const 
     return status;
   if (Status status = storage.syncDir(staging); !status)
     return status;
-  if (targetExists) {
-    if (Status status = storage.exchange(staging, target); !status)
-      return status;
-    // The previous checkpoint now sits at the staging path.
-    if (Status status = storage.removeTree(staging); !status)
-      return status;
-  } else if (Status status = storage.rename(staging, target); !status) {
-    return status;
-  }
-  return storage.syncDir(parentDir(target));
+  return commitStaged(storage, staging, target, existing);
 }
 
 } // namespace
@@ -531,11 +522,13 @@ Result<TransferStats> saveCheckpoint(const plan::PlanFile &planFile, const plan:
   //    staging directory (removing one a crashed save left behind), marked
   //    uncommitted so that no reader takes it for a checkpoint.
   std::unique_ptr<Claim> claim;
-  bool targetExists = false;
+  ExistingTarget existing;
   Status prepared;
   if (comm.rank() == root) {
     // Its live items (every other rank's are ignored) are checked first.
-    prepared = checkLiveItems(options.liveItems);
+    prepared = target.empty() ? makeError("the checkpoint directory is an empty path",
+                                          ErrorKind::InvalidArgument)
+                              : checkLiveItems(options.liveItems);
     Result<std::unique_ptr<Claim>> claimed =
         prepared ? storage.claim(lockPathFor(target), claimHolder())
                  : Result<std::unique_ptr<Claim>>(prepared.failure());
@@ -543,11 +536,14 @@ Result<TransferStats> saveCheckpoint(const plan::PlanFile &planFile, const plan:
       prepared = claimed.failure();
     else
       claim = claimed.take();
-    targetExists = prepared && storage.exists(target);
-    if (prepared && targetExists && !options.overwrite)
-      prepared =
-          makeError(target + ": a checkpoint already exists (pass --overwrite to replace it)",
-                    ErrorKind::InvalidArgument);
+    if (prepared) {
+      Result<ExistingTarget> found =
+          checkReplaceable(storage, target, ReplaceTarget::Checkpoint, options.overwrite);
+      if (found)
+        existing = *found;
+      else
+        prepared = found.failure();
+    }
     if (prepared)
       prepared = storage.removeTree(staging);
     if (prepared)
@@ -581,7 +577,7 @@ Result<TransferStats> saveCheckpoint(const plan::PlanFile &planFile, const plan:
         return makeError("rank " + std::to_string(r) + " sent corrupt checksums: " + part.error());
       all.insert(all.end(), part->items.begin(), part->items.end());
     }
-    return commit(planFile, staging, target, targetExists, storage, options, std::move(all),
+    return commit(planFile, staging, target, existing, storage, options, std::move(all),
                   stats);
   };
   Status committed = agreeThenDecide(comm, wrote, integrity::serializeIndex(mine), root, commitAll);

@@ -35,6 +35,9 @@ bool isDcpGlobal(std::string_view module, std::string_view name) {
     return oneOf({"Size", "strided", "contiguous_format", "channels_last", "channels_last_3d",
                   "preserve_format", "UntypedStorage"}) ||
            dcp::findDType(name) || dcp::findDTypeByStorage(name);
+  if (module == "torch.storage")
+    // PyTorch 2.15 names the untyped storage by its defining module.
+    return name == "UntypedStorage";
   if (module == "torch.serialization")
     return name == "_get_layout";
   if (module == "torch._utils")

@@ -32,12 +32,20 @@ Result<std::string> dtypeName(dcp::DType dtype) {
     return std::string("U16");
   case dcp::DType::UInt32:
     return std::string("U32");
+  case dcp::DType::UInt64:
+    return std::string("U64");
+  case dcp::DType::Complex64:
+    return std::string("C64");
   case dcp::DType::Bool:
     return std::string("BOOL");
   case dcp::DType::Float8E4M3FN:
     return std::string("F8_E4M3");
   case dcp::DType::Float8E5M2:
     return std::string("F8_E5M2");
+  case dcp::DType::Float8E4M3FNUZ:
+    return std::string("F8_E4M3FNUZ");
+  case dcp::DType::Float8E5M2FNUZ:
+    return std::string("F8_E5M2FNUZ");
   default:
     return makeError(std::string("safetensors has no dtype for ") + dcp::dtypeInfo(dtype).name,
                      ErrorKind::Incompatible);

@@ -669,9 +669,13 @@ Result<TensorRecord> decodeTensorPickle(std::string_view dataPkl) {
   record.storageKey = pid->items[2]->text;
   record.location = pid->items[3]->text;
   auto numel = static_cast<uint64_t>(pid->items[4]->integer);
-  if (storageClass->text != "torch")
+  // torch.UntypedStorage, or torch.storage.UntypedStorage as PyTorch 2.15
+  // writes it for dtypes without a legacy storage (float8, uint16-64).
+  bool untyped = storageClass->name == "UntypedStorage" &&
+                 (storageClass->text == "torch" || storageClass->text == "torch.storage");
+  if (storageClass->text != "torch" && !untyped)
     return tensorError("unknown storage class " + storageClass->text + "." + storageClass->name);
-  if (storageClass->name == "UntypedStorage") {
+  if (untyped) {
     // numel counts bytes; the dtype is v3's seventh argument.
     if (!v3)
       return tensorError("an UntypedStorage needs _rebuild_tensor_v3");

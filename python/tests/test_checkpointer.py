@@ -441,6 +441,33 @@ def test_save_over_an_existing_checkpoint(tmp_path, ck):
     ck.check(2)
 
 
+def test_overwrite_replaces_only_a_checkpoint(tmp_path, ck):
+    """overwrite=True never deletes what is not a checkpoint: a directory of the user's files,
+    a regular file, an empty path; an export never replaces the checkpoint it reads."""
+    home = tmp_path / "home"
+    (home / "sub").mkdir(parents=True)
+    (home / "notes.txt").write_text("precious")
+    with pytest.raises(ValueError, match="without a .metadata.*overwrite=True replaces only"):
+        ck.save(home, overwrite=True)
+    assert (home / "notes.txt").read_text() == "precious" and (home / "sub").is_dir()
+    (tmp_path / "file").write_text("keep")
+    with pytest.raises(ValueError, match="a regular file, not a checkpoint"):
+        ck.save(tmp_path / "file", overwrite=True)
+    assert (tmp_path / "file").read_text() == "keep"
+    with pytest.raises(ValueError, match="empty path"):
+        ck.save("", overwrite=True)
+    ck.fill(3)
+    ck.save(tmp_path / "ck")
+    with pytest.raises(ValueError, match="inside the checkpoint it reads"):
+        fm.export_safetensors(tmp_path / "ck", tmp_path / "ck", overwrite=True)
+    with pytest.raises(ValueError, match="not an export of ours"):
+        fm.export_safetensors(tmp_path / "ck", home, overwrite=True)
+    assert (home / "notes.txt").read_text() == "precious"
+    ck.fill(0)
+    ck.load(tmp_path / "ck")
+    ck.check(3)
+
+
 def test_load_missing_is_not_found(tmp_path, ck):
     with pytest.raises(fm.NotFound) as caught:
         ck.load(tmp_path / "missing")

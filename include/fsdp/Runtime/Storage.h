@@ -47,6 +47,13 @@ public:
   virtual ~Claim() = default;
 };
 
+/// What stands at a path, the path itself (a final link not followed).
+struct PathStatus {
+  enum class Kind { Missing, Directory, RegularFile, Link, Other } kind = Kind::Missing;
+  uint32_t mode = 0; // permission bits
+  uint64_t device = 0, inode = 0;
+};
+
 class Storage {
 public:
   virtual ~Storage() = default;
@@ -69,6 +76,13 @@ public:
   /// not waited on) and never following a link out of the file's directory.
   virtual Result<std::unique_ptr<zip::ByteSource>> openRead(const std::string &path) = 0;
   virtual bool exists(const std::string &path) = 0;
+  virtual Result<PathStatus> status(const std::string &path) = 0;
+  /// The names in a directory (without `.` and `..`).
+  virtual Result<std::vector<std::string>> listDir(const std::string &path) = 0;
+  /// A second name for an existing file (a hard link).
+  virtual Status link(const std::string &existing, const std::string &name) = 0;
+  /// Sets a path's permission bits.
+  virtual Status setMode(const std::string &path, uint32_t mode) = 0;
   virtual Status makeDir(const std::string &path) = 0;
   /// Removes a file or a directory tree; a missing path is not an error.
   virtual Status removeTree(const std::string &path) = 0;

@@ -73,7 +73,8 @@ _CLASSES = {
 def make_error(kind, kind_name, errnum, message):
     """The exception for a runtime error (called by the extension)."""
     # The runtime's messages name fsdp-ckpt's options; ours are arguments.
-    message = message.replace("pass --overwrite", "pass overwrite=True")
+    message = message.replace("pass --overwrite", "pass overwrite=True").replace(
+        "--overwrite replaces only", "overwrite=True replaces only")
     if kind == _INVALID_ARGUMENT:
         return ValueError(message)
     if kind == _IO:
