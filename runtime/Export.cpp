@@ -229,7 +229,8 @@ Status writeExport(CheckpointReader &reader, const std::vector<Exported> &tensor
       result.bytes += tensor.bytes;
       ++result.tensors;
       weightMap[tensor.spec.name] = name;
-      progress.reached(result.bytes);
+      if (Status status = progress.reached(result.bytes); !status)
+        return status;
       std::string().swap(saved);
       std::string().swap(cast);
     }

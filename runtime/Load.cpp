@@ -192,8 +192,7 @@ Result<LoadResult> loadCheckpoint(const plan::RankPlan &plan, RankBuffers &buffe
             return Status(step.failure());
           steps[index] = *step;
         }
-        progress.reached(loader->bytesRead());
-        return Status::success();
+        return progress.reached(loader->bytesRead());
       });
     for (const plan::ReadItem &read : plan.reads)
       result.stats.items +=

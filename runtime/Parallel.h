@@ -29,21 +29,28 @@ namespace runtime {
 /// (and when all is done), from whichever thread gets there.
 class ProgressReporter {
 public:
-  ProgressReporter(std::function<void(const Progress &)> progress, uint64_t total)
+  ProgressReporter(ProgressCallback progress, uint64_t total)
       : progress_(std::move(progress)), total_(total), start_(std::chrono::steady_clock::now()) {}
-  void reached(uint64_t done) {
+  /// Fails once the callback has asked to cancel: the worker stops there.
+  Status reached(uint64_t done) {
+    if (cancelled_)
+      return cancelledError();
     if (!progress_ || (done - reported_.load() <= (256u << 20) && done != total_))
-      return;
+      return Status::success();
     std::lock_guard<std::mutex> lock(mutex_);
     reported_ = done;
-    progress_({done, total_, seconds()});
+    if (!cancelled_ && !progress_({done, total_, seconds()}))
+      cancelled_ = true;
+    return cancelled_ ? cancelledError() : Status::success();
   }
   double seconds() const {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   }
 
 private:
-  std::function<void(const Progress &)> progress_;
+  static Status cancelledError() { return makeError("cancelled by the progress callback"); }
+  ProgressCallback progress_;
+  std::atomic<bool> cancelled_{false};
   uint64_t total_;
   std::chrono::steady_clock::time_point start_;
   std::atomic<uint64_t> reported_{0};

@@ -359,8 +359,7 @@ Status writeRankFile(const plan::RankPlan &plan, const RankBuffers &buffers,
     }
     if (!status)
       return status;
-    progress.reached(written += item.itemLength);
-    return Status::success();
+    return progress.reached(written += item.itemLength);
   });
   if (!wrote)
     return wrote;

@@ -24,6 +24,7 @@
 #include "fsdp/Runtime/Export.h"
 #include "fsdp/Runtime/Inspect.h"
 
+#include <mutex>
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
@@ -358,16 +359,44 @@ nb::dict statsDict(const TransferStats &stats, int64_t rank) {
 /// A Python progress callable(done_bytes, total_bytes) for the runtime,
 /// called from whichever runtime thread gets there; its exceptions are
 /// reported as unraisable (the operation goes on).
-std::function<void(const Progress &)> progressOf(nb::handle callable) {
+/// Worker threads as the CLI takes them (--threads 1-1024), 0 for the default:
+/// a thread count the machine cannot start would abort the interpreter.
+unsigned checkedThreads(unsigned threads) {
+  if (threads > 1024)
+    raise("threads must be 0 (the default) to 1024, not " + std::to_string(threads),
+          ErrorKind::InvalidArgument);
+  return threads;
+}
+
+/// The exception a progress callback raised (a KeyboardInterrupt too): the
+/// operation is cancelled, and this is raised from it in place of the
+/// runtime's "cancelled" error.
+struct CallbackRaised {
+  std::mutex mutex;
+  std::unique_ptr<nb::python_error> error;
+
+  /// With the GIL held, after the operation failed.
+  void rethrow() {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (error)
+      throw nb::python_error(*error);
+  }
+};
+
+ProgressCallback progressOf(nb::handle callable, std::shared_ptr<CallbackRaised> raised) {
   if (!callable || callable.is_none())
     return {};
   auto held = std::make_shared<PyRef>(nb::borrow(callable));
-  return [held](const Progress &progress) {
+  return [held, raised](const Progress &progress) {
     nb::gil_scoped_acquire gil;
     try {
       held->get()(progress.bytesDone, progress.bytesTotal);
+      return true;
     } catch (nb::python_error &error) {
-      error.discard_as_unraisable("fsdp_mlir progress callback");
+      std::lock_guard<std::mutex> lock(raised->mutex);
+      if (!raised->error)
+        raised->error = std::make_unique<nb::python_error>(std::move(error));
+      return false;
     }
   };
 }
@@ -425,8 +454,9 @@ std::vector<LiveItem> liveItemsOf(nb::handle items) {
 
 class AsyncSave {
 public:
-  AsyncSave(std::shared_ptr<PendingSave> pending, int64_t rank)
-      : pending_(std::move(pending)), rank_(rank) {}
+  AsyncSave(std::shared_ptr<PendingSave> pending, int64_t rank,
+            std::shared_ptr<CallbackRaised> raised)
+      : pending_(std::move(pending)), rank_(rank), raised_(std::move(raised)) {}
   ~AsyncSave() {
     // ~PendingSave joins the background thread, which may need the GIL.
     if (Py_IsInitialized() && !pythonFinalizing() && PyGILState_Check()) {
@@ -442,8 +472,10 @@ public:
       nb::gil_scoped_release release;
       outcome.emplace(pending_->wait());
     }
-    if (!*outcome)
+    if (!*outcome) {
+      raised_->rethrow();
       raise(outcome->failure());
+    }
     return statsDict(**outcome, rank_);
   }
   bool done() const { return pending_->done(); }
@@ -452,6 +484,7 @@ public:
 private:
   std::shared_ptr<PendingSave> pending_;
   int64_t rank_;
+  std::shared_ptr<CallbackRaised> raised_;
 };
 
 //===----------------------------------------------------------------------===//
@@ -759,13 +792,14 @@ public:
 
   static SaveOptions saveOptions(bool overwrite, float step, unsigned threads, bool bufferedIO,
                                  nb::handle progress, nb::handle liveItems,
-                                 bool replacePlannedBytes) {
+                                 bool replacePlannedBytes,
+                                 const std::shared_ptr<CallbackRaised> &raised) {
     SaveOptions options;
     options.overwrite = overwrite;
     options.step = step;
-    options.threads = threads;
+    options.threads = checkedThreads(threads);
     options.directIO = !bufferedIO;
-    options.progress = progressOf(progress);
+    options.progress = progressOf(progress, raised);
     options.writer = "fsdp-mlir python";
     options.liveItems = liveItemsOf(liveItems);
     options.liveReplacesPlannedBytes = replacePlannedBytes;
@@ -775,31 +809,37 @@ public:
   nb::dict save(const std::string &dir, bool overwrite, float step, unsigned threads,
                 bool bufferedIO, nb::handle progress, nb::handle liveItems,
                 bool replacePlannedBytes) {
+    auto raised = std::make_shared<CallbackRaised>();
     SaveOptions options = saveOptions(overwrite, step, threads, bufferedIO, progress, liveItems,
-                                      replacePlannedBytes);
+                                      replacePlannedBytes, raised);
     std::optional<Result<TransferStats>> stats;
     {
       nb::gil_scoped_release release;
       stats.emplace(checkpointer_->save(dir, std::move(options)));
     }
-    if (!*stats)
+    if (!*stats) {
+      raised->rethrow();
       raise(stats->failure());
+    }
     return statsDict(**stats, rank());
   }
 
   AsyncSave *saveAsync(const std::string &dir, bool overwrite, float step, unsigned threads,
                        bool bufferedIO, nb::handle progress, nb::handle liveItems,
                        bool replacePlannedBytes) {
+    auto raised = std::make_shared<CallbackRaised>();
     SaveOptions options = saveOptions(overwrite, step, threads, bufferedIO, progress, liveItems,
-                                      replacePlannedBytes);
+                                      replacePlannedBytes, raised);
     std::optional<Result<std::shared_ptr<PendingSave>>> started;
     {
       nb::gil_scoped_release release;
       started.emplace(checkpointer_->saveAsync(dir, std::move(options)));
     }
-    if (!*started)
+    if (!*started) {
+      raised->rethrow();
       raise(started->failure());
-    return new AsyncSave(started->take(), rank());
+    }
+    return new AsyncSave(started->take(), rank(), raised);
   }
 
   void reserveSnapshot() {
@@ -820,16 +860,19 @@ public:
                 bool verifyChecksums, nb::handle progress) {
     LoadOptions options;
     options.syncModelWeights = syncModelWeights;
-    options.threads = threads;
+    options.threads = checkedThreads(threads);
     options.verifyChecksums = verifyChecksums;
-    options.progress = progressOf(progress);
+    auto raised = std::make_shared<CallbackRaised>();
+    options.progress = progressOf(progress, raised);
     std::optional<Result<LoadResult>> loaded;
     {
       nb::gil_scoped_release release;
       loaded.emplace(checkpointer_->load(dir, std::move(options)));
     }
-    if (!*loaded)
+    if (!*loaded) {
+      raised->rethrow();
       raise(loaded->failure());
+    }
     nb::dict out = statsDict((*loaded)->stats, rank());
     if ((*loaded)->step)
       out["step"] = static_cast<double>(*(*loaded)->step);

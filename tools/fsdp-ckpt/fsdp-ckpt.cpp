@@ -46,16 +46,17 @@ std::string gigabytes(double bytes) {
   return text;
 }
 
-std::function<void(const Progress &)> progressPrinter(const char *what, bool speaks) {
+ProgressCallback progressPrinter(const char *what, bool speaks) {
   if (!speaks)
     return {};
   return [what](const Progress &progress) {
     // Only long runs get progress lines.
     if (progress.seconds < 2.0 && progress.bytesTotal < (256u << 20))
-      return;
+      return true;
     std::fprintf(stderr, "%s: %s / %s, %.2f GB/s\n", what, gigabytes(progress.bytesDone).c_str(),
                  gigabytes(progress.bytesTotal).c_str(),
                  progress.seconds > 0 ? progress.bytesDone / progress.seconds / 1e9 : 0.0);
+    return true;
   };
 }
 

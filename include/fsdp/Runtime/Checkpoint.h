@@ -52,6 +52,9 @@ struct Progress {
   uint64_t bytesTotal = 0;
   double seconds = 0;
 };
+/// Told how far a save, load or export has come; returning false cancels it
+/// (it then fails as a save that never committed, a load that did not finish).
+using ProgressCallback = std::function<bool(const Progress &)>;
 
 struct TransferStats {
   uint64_t bytes = 0; // this rank's item bytes written or read
@@ -124,7 +127,7 @@ struct SaveOptions {
   /// now). The planned items are still written and checksummed, but no
   /// longer referenced.
   bool liveReplacesPlannedBytes = false;
-  std::function<void(const Progress &)> progress;
+  ProgressCallback progress;
   std::string writer = "fsdp-mlir runtime";
 };
 
@@ -138,7 +141,7 @@ struct LoadOptions {
   /// share of defaultStagingBytes).
   uint64_t stagingBytes = 0;
   bool verifyChecksums = true;
-  std::function<void(const Progress &)> progress;
+  ProgressCallback progress;
   /// Told once what a user should know (a checkpoint without an index).
   std::function<void(const std::string &)> notice;
   /// Read the checkpoint's small tensors the plan does not save into

@@ -32,7 +32,7 @@ struct ExportOptions {
   uint64_t maxShardBytes = 5'000'000'000;
   bool overwrite = false;
   bool verifyChecksums = true;
-  std::function<void(const Progress &)> progress;
+  ProgressCallback progress;
 };
 
 struct ExportResult {

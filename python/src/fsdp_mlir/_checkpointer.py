@@ -7,6 +7,7 @@ runtime with the GIL released.
 """
 
 import atexit
+import operator
 import os
 import weakref
 
@@ -118,6 +119,7 @@ class Checkpointer:
     def __init__(self, plan, rank=None, world_size=None, comm=None, *, device=None):
         plan = os.fspath(plan)
         self._bound = {}
+        self._records = {}  # (group, role) -> _Bound of a torch tensor
         self._detached = False
         self._comm = None
         if rank is not None and (not isinstance(rank, int) or rank < 0):
@@ -183,6 +185,7 @@ class Checkpointer:
         checkpointer's device; replaces every binding."""
         self._core.allocate()
         self._bound.clear()
+        self._records.clear()
 
     def bind(self, group, role, tensor):
         """The caller's memory for one buffer, no copy: a torch tensor or any
@@ -191,8 +194,11 @@ class Checkpointer:
         TypeError for anything else). The object is kept alive while bound."""
         torch = _torch()
         exported = tensor
+        record = None
         if torch is not None and isinstance(tensor, torch.Tensor):
             _check_torch_tensor(self, group, role, tensor)
+            record = _Bound(tensor)
+            self._refuse_overlap(int(group), str(role), record)
             exported = tensor.detach()
         elif not (hasattr(tensor, "__dlpack__") or _is_capsule(tensor)):
             raise TypeError(f"bind takes a torch tensor or a DLPack object, not "
@@ -204,13 +210,40 @@ class Checkpointer:
                 raise TypeError(f"bind: cannot import {type(tensor).__name__} through DLPack")
             raise
         self._bound[(int(group), str(role))] = tensor
+        if record is not None:
+            self._records[(int(group), str(role))] = record
+        else:
+            self._records.pop((int(group), str(role)), None)
 
+    def _refuse_overlap(self, group, role, record):
+        """Two roles in one memory would save one as the other: refused, but for a model_weight
+        that aliases main_weight (the plan's own sharing)."""
+        aliased = {(b["group"], b["role"]) for b in self.buffers if b.get("aliases")}
+        for (g, r), other in self._records.items():
+            if (g, r) == (group, role) or not record.overlaps(other):
+                continue
+            if g == group and {r, role} == {"main_weight", "model_weight"} and (
+                    (g, "model_weight") in aliased):
+                continue
+            raise ValueError(f"bind: group {group} {role} overlaps the memory bound as group {g} "
+                             f"{r}: every buffer needs memory of its own")
+
+    def _check_bindings(self, what):
+        """Every bound torch tensor still holds the memory bind saw: torch may free it
+        (untyped_storage().resize_(0), as FSDP does to parameters) or re-point it (t.data =
+        other); the runtime would then read or write memory that is not the tensor's."""
+        for (group, role), record in self._records.items():
+            why = record.changed()
+            if why:
+                raise ValueError(f"{what}: the tensor bound as group {group} {role} {why} since "
+                                 "bind: bind it again")
     def tensor(self, group, role):
         """A torch tensor over one buffer (1-D, no copy); it keeps the
         memory alive."""
         torch = _torch()
         if torch is None:
             raise ImportError("Checkpointer.tensor needs torch; dlpack(group, role) does not")
+        self._check_bindings("tensor")
         return torch.from_dlpack(self._core.view(int(group), str(role)))
 
     def dlpack(self, group, role):
@@ -220,6 +253,7 @@ class Checkpointer:
     # -- test values ----------------------------------------------------------
     def fill(self, seed):
         """The deterministic test values of seed (docs/TestValues.md) in every buffer."""
+        self._check_bindings("fill")
         self._sync_device()
         self._core.fill(_seed(seed))
 
@@ -227,6 +261,7 @@ class Checkpointer:
         """Raises CheckpointError on the first element that differs from
         seed's value (collective: every rank gets the first failure)."""
         self._collective("check")
+        self._check_bindings("check")
         self._sync_device()
         self._core.check(_seed(seed))
 
@@ -234,6 +269,7 @@ class Checkpointer:
         """model_weight = main_weight cast to model_weight's dtype (round to
         nearest even), as load(sync_model_weights=True) does: in every group
         with a model_weight of its own, or in `group` alone. This rank only."""
+        self._check_bindings("refresh_model_weights")
         self._sync_device()
         self._core.refresh_model_weights(-1 if group is None else int(group))
         self._sync_device()
@@ -255,12 +291,13 @@ class Checkpointer:
         replace_planned_bytes: drop the plan's optimizer.param_groups.0.*
         (the live items then give every param group)."""
         self._collective("save")
+        self._check_bindings("save")
         live = _live_items(live_items, self.rank == self.commit_rank)
         self._sync_device()
         bar = _Progress(progress, "save")
         try:
-            return self._core.save(os.fspath(dir), bool(overwrite), float(step), int(threads),
-                                   bool(buffered_io), bar.callback, live,
+            return self._core.save(os.fspath(dir), bool(overwrite), float(step),
+                                   _threads(threads), bool(buffered_io), bar.callback, live,
                                    bool(replace_planned_bytes))
         finally:
             bar.close()
@@ -272,12 +309,13 @@ class Checkpointer:
         for save, are copied too); the writes and the commit run in the
         background. Returns a SaveHandle: wait()."""
         self._collective("save_async")
+        self._check_bindings("save_async")
         live = _live_items(live_items, self.rank == self.commit_rank)
         self._sync_device()
         bar = _Progress(progress, "save")
         try:
             handle = self._core.save_async(os.fspath(dir), bool(overwrite), float(step),
-                                           int(threads), bool(buffered_io), bar.callback, live,
+                                           _threads(threads), bool(buffered_io), bar.callback, live,
                                            bool(replace_planned_bytes))
         except BaseException:
             bar.close()
@@ -293,10 +331,11 @@ class Checkpointer:
         one) and "tensor_items" ({key: CPU tensor}: every tensor the plan
         does not save, when it is one chunk of at most 64 MiB)."""
         self._collective("load")
+        self._check_bindings("load")
         self._sync_device()
         bar = _Progress(progress, "load")
         try:
-            result = self._core.load(os.fspath(dir), bool(sync_model_weights), int(threads),
+            result = self._core.load(os.fspath(dir), bool(sync_model_weights), _threads(threads),
                                      bool(verify_checksums), bar.callback)
         finally:
             bar.close()
@@ -431,6 +470,46 @@ def _is_process_group(obj):
     if not dist.is_available():
         return False
     return isinstance(obj, dist.ProcessGroup) or obj is dist.group.WORLD
+
+
+class _Bound:
+    """What bind saw of a torch tensor, to tell at each call whether it still holds that
+    memory."""
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+        self.ptr = tensor.data_ptr()
+        self.nbytes = tensor.numel() * tensor.element_size()
+        self.device = tensor.device
+        self.dtype = tensor.dtype
+
+    def overlaps(self, other):
+        return (self.device == other.device and self.nbytes and other.nbytes and
+                self.ptr < other.ptr + other.nbytes and other.ptr < self.ptr + self.nbytes)
+
+    def changed(self):
+        t = self.tensor
+        if t.device != self.device or t.dtype != self.dtype:
+            return f"is now {t.dtype} on {t.device} (was {self.dtype} on {self.device})"
+        storage = t.untyped_storage()
+        if storage.nbytes() < t.storage_offset() * t.element_size() + self.nbytes:
+            return (f"has lost its memory (its storage holds {storage.nbytes()} bytes, "
+                    f"{self.nbytes} are bound: resize_(0) frees it)")
+        if t.data_ptr() != self.ptr:
+            return "points at other memory (t.data was replaced, or its storage reallocated)"
+        return None
+
+
+def _threads(threads):
+    """threads as the CLI takes them: 0 (the default) to 1024, an integer."""
+    try:
+        count = operator.index(threads) if not isinstance(threads, bool) else None
+    except TypeError:
+        count = None
+    if count is None or not 0 <= count <= 1024:
+        raise ValueError(f"threads must be an integer from 0 (the default) to 1024, not "
+                         f"{threads!r}")
+    return count
 
 
 def _check_torch_tensor(checkpointer, group, role, tensor):
