@@ -139,6 +139,7 @@ Result<LoadResult> loadCheckpoint(const plan::RankPlan &plan, RankBuffers &buffe
   // Our checkpoints' chunk index: no rank parses `.metadata` (near 1 GB at
   // scale) or `.fsdp-index`; each reads the index pages its pieces need.
   readerOptions.useChunkIndex = true;
+  DirIdentity identity = identityOf(storage, dir);
   Result<std::unique_ptr<CheckpointReader>> reader =
       CheckpointReader::open(dir, storage, readerOptions);
   Status status = reader ? Status::success() : Status(reader.failure());
@@ -221,6 +222,7 @@ Result<LoadResult> loadCheckpoint(const plan::RankPlan &plan, RankBuffers &buffe
     status = makeError("out of memory while reading " + printable(trimSlashes(dir)), ErrorKind::IO,
                        ENOMEM);
   }
+  status = explainIfReplaced(storage, dir, identity, std::move(status));
   // Every member passes through the exchange (after agreeing within the
   // group, so that none waits on a member that failed).
   uint64_t fromPeers = 0;

@@ -182,6 +182,33 @@ Status commitStaged(Storage &storage, const std::string &staging, const std::str
   return storage.syncDir(parentDir(target));
 }
 
+DirIdentity identityOf(Storage &storage, const std::string &dir) {
+  DirIdentity identity;
+  Result<std::string> real = storage.realPath(dir);
+  if (!real)
+    return identity;
+  Result<PathStatus> found = storage.status(*real);
+  if (found && found->kind == PathStatus::Kind::Directory) {
+    identity.known = true;
+    identity.device = found->device;
+    identity.inode = found->inode;
+  }
+  return identity;
+}
+
+Status explainIfReplaced(Storage &storage, const std::string &dir, const DirIdentity &before,
+                         Status failure) {
+  if (failure || !before.known)
+    return failure;
+  DirIdentity now = identityOf(storage, dir);
+  if (now.known && now.device == before.device && now.inode == before.inode)
+    return failure;
+  return makeError(printable(trimSlashes(dir)) +
+                       ": the checkpoint was replaced while it was being read (a save with "
+                       "--overwrite committed meanwhile); read it again",
+                   ErrorKind::Busy);
+}
+
 Status writeFileDurably(Storage &storage, const std::string &dir, const std::string &name,
                         const std::string &bytes) {
   std::string temporary = dir + "/" + name + ".tmp";

@@ -70,6 +70,18 @@ Result<ExistingTarget> checkReplaceable(Storage &storage, const std::string &tar
 Status commitStaged(Storage &storage, const std::string &staging, const std::string &target,
                     const ExistingTarget &existing);
 
+/// Which directory a path names when a read starts (the path resolved), so
+/// that a failure can tell a checkpoint replaced meanwhile from a corrupt one.
+struct DirIdentity {
+  bool known = false;
+  uint64_t device = 0, inode = 0;
+};
+DirIdentity identityOf(Storage &storage, const std::string &dir);
+/// `failure` as it is, unless `dir` no longer names the directory the read
+/// started in: then a busy error saying it was replaced while being read.
+Status explainIfReplaced(Storage &storage, const std::string &dir, const DirIdentity &before,
+                         Status failure);
+
 /// dir/name.tmp, fsync, rename to dir/name.
 Status writeFileDurably(Storage &storage, const std::string &dir, const std::string &name,
                         const std::string &bytes);

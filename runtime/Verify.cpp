@@ -1,6 +1,7 @@
 //===- Verify.cpp - Check every byte of a checkpoint ----------------------===//
 #include "fsdp/Runtime/Checkpoint.h"
 #include "fsdp/Runtime/CheckpointReader.h"
+#include "RuntimeSupport.h"
 
 #include <new>
 
@@ -8,11 +9,16 @@ namespace fsdp {
 namespace runtime {
 
 Status verifyCheckpoint(const std::string &dir, Storage &storage, std::string &report) {
+  DirIdentity identity = identityOf(storage, dir);
   try {
     Result<std::unique_ptr<CheckpointReader>> reader = CheckpointReader::open(dir, storage);
     if (!reader)
-      return reader.failure();
-    return (*reader)->verifyAll(report);
+      return explainIfReplaced(storage, dir, identity, reader.failure());
+    Status verified = (*reader)->verifyAll(report);
+    Status explained = explainIfReplaced(storage, dir, identity, verified);
+    if (!verified && !explained.error().empty() && explained.error() != verified.error())
+      report.clear(); // the problems listed were those of two checkpoints mixed
+    return explained;
   } catch (const std::bad_alloc &) {
     return makeError("out of memory while verifying " + dir, ErrorKind::IO, ENOMEM);
   }

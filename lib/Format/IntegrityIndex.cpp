@@ -1,5 +1,6 @@
 //===- IntegrityIndex.cpp - Checksums covering every byte -----------------===//
 #include "fsdp/Format/IntegrityIndex.h"
+#include "fsdp/Format/Limits.h"
 #include "fsdp/Support/LittleEndian.h"
 
 #include <xxhash.h>
@@ -12,7 +13,7 @@ namespace integrity {
 namespace {
 constexpr char kMagic[8] = {'F', 'S', 'D', 'P', 'I', 'D', 'X', '1'};
 // Bounds that keep a corrupt index from asking for absurd allocations.
-constexpr uint32_t kMaxString = 1u << 20;
+constexpr uint64_t kMaxString = limits::kMaxIndexStringBytes;
 
 using le::putU32;
 using le::putU64;

@@ -1,5 +1,6 @@
 //===- ModelLayout.cpp - A lowered model in plain C++ terms ---------------===//
 #include "fsdp/Plan/ModelLayout.h"
+#include "fsdp/Format/Limits.h"
 
 #include <set>
 
@@ -93,6 +94,23 @@ Status checkModelLayout(const ModelLayout &model) {
                        std::to_string(shards) + " shards != size " + std::to_string(group.size));
     if (!group.findBuffer(BufferRole::MainWeight))
       return makeError(where + ": no main_weight buffer");
+    // What the runtime would refuse to read back is refused here, by name.
+    for (const BufferSpec &buffer : group.buffers) {
+      uint64_t elementSize = dcp::dtypeInfo(buffer.dtype).elementSize;
+      if (static_cast<uint64_t>(group.shardSize) > limits::kMaxBufferBytes / elementSize)
+        return makeError(where + ": its " + bufferRoleName(buffer.role) + " buffer is " +
+                         std::to_string(group.shardSize) + " elements of " +
+                         std::to_string(elementSize) + " bytes per rank, past the runtime's " +
+                         "limit of 2^48 bytes: shard it over more ranks");
+    }
+    for (const MemberSpec &member : group.members)
+      for (const std::string &fqn : member.fqns)
+        // The longest key of a parameter: optimizer.state.<fqn>.max_exp_avg_sq.
+        if (fqn.size() + 64 > limits::kMaxKeyBytes)
+          return makeError(where + ": a parameter name of " + std::to_string(fqn.size()) +
+                           " bytes (starting '" + fqn.substr(0, 40) + "') makes checkpoint keys "
+                           "past the runtime's limit of " +
+                           std::to_string(limits::kMaxKeyBytes) + " bytes");
     if (group.requiresGrad && model.optimizer.present)
       for (BufferRole role : model.optimizer.stateRoles)
         if (!group.findBuffer(role))

@@ -1,5 +1,6 @@
 //===- PlanFile.cpp - The checkpoint plan file ----------------------------===//
 #include "fsdp/Plan/PlanFile.h"
+#include "fsdp/Format/Limits.h"
 #include "PlanSchema_generated.h"
 
 #include <nlohmann/json.hpp>
@@ -554,7 +555,7 @@ Result<RankPlan> PlanFile::rank(int64_t rank) const {
     return bad("the part says it is rank " + std::to_string(plan.rank));
   plan.coords = dims(part->coords());
   // Bounds a runtime relies on before it allocates or indexes anything.
-  constexpr int64_t kMaxBufferBytes = int64_t(1) << 48;
+  constexpr auto kMaxBufferBytes = static_cast<int64_t>(limits::kMaxBufferBytes);
   std::map<std::pair<int32_t, BufferRole>, int64_t> bufferElements;
   if (part->buffers())
     for (const fb::LocalBuffer *buffer : *part->buffers()) {
@@ -582,7 +583,7 @@ Result<RankPlan> PlanFile::rank(int64_t rank) const {
   };
   auto rangeInside = [](uint64_t itemOffset, uint64_t itemLength, uint64_t dataOffset,
                         uint64_t dataLength) {
-    constexpr uint64_t kMax = uint64_t(1) << 56;
+    constexpr uint64_t kMax = limits::kMaxFileOffset;
     return itemOffset < kMax && itemLength < kMax && dataLength < kMax &&
            dataOffset >= itemOffset && dataOffset - itemOffset <= itemLength &&
            dataLength <= itemLength - (dataOffset - itemOffset);

@@ -1,5 +1,6 @@
 //===- CheckpointPlanTest.cpp - Per-rank plans and the global metadata ----===//
 #include "fsdp/Plan/CheckpointPlan.h"
+#include "fsdp/Format/Limits.h"
 #include "../TestModels.h"
 #include "fsdp/Layout/Overlap.h"
 #include "fsdp/Plan/PlanFile.h"
@@ -373,6 +374,43 @@ TEST(CheckpointPlan, RejectsBadInput) {
   ModelLayout twice = model;
   twice.optimizer.stateRoles = {BufferRole::ExpAvg, BufferRole::ExpAvg};
   EXPECT_FALSE(planRank(twice, 0).ok());
+}
+
+// What the runtime's readers would refuse (fsdp/Format/Limits.h) is refused
+// when planning, by name, not found by the first save.
+TEST(CheckpointPlan, RefusesWhatTheRuntimeWouldNotRead) {
+  ModelLayout huge;
+  huge.meshAxisNames = {"dp"};
+  huge.meshSizes = {2};
+  huge.optimizer.present = true;
+  // 2^47 x 4 f32 elements on 2 ranks: 2^50 bytes per rank of main weights.
+  huge.groups.push_back(makeGroup("big", {{"w"}}, {{int64_t(1) << 47, 4}}, {2},
+                                  {layout::Placement::Shard}));
+  huge.optimizerParams = {"w"};
+  Result<RankPlan> plan = planRank(huge, 0);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_NE(plan.error().find("main_weight buffer is 281474976710656 elements of 4 bytes per "
+                              "rank, past the runtime's limit of 2^48 bytes"),
+            std::string::npos)
+      << plan.error();
+  // The same over 16384 ranks: 2^37 bytes per rank, planned.
+  ModelLayout fits = huge;
+  fits.meshSizes = {16384};
+  fits.groups = {makeGroup("big", {{"w"}}, {{int64_t(1) << 47, 4}}, {16384},
+                           {layout::Placement::Shard})};
+  EXPECT_TRUE(planRank(fits, 0).ok());
+
+  ModelLayout longName = workedExample({1});
+  std::string name(limits::kMaxKeyBytes, 'n');
+  longName.groups[0].members[0].fqns = {name};
+  longName.optimizerParams[0] = name;
+  plan = planRank(longName, 0);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_NE(plan.error().find("a parameter name of " + std::to_string(name.size()) +
+                              " bytes (starting 'nnnn"),
+            std::string::npos)
+      << plan.error().substr(0, 300);
+  EXPECT_LT(plan.error().size(), 400u); // the name is not repeated whole
 }
 
 /// The worked example with `roles` as the optimizer's state tensors in place

@@ -8,6 +8,9 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "../TestModels.h"
+#include "MultiRank.h"
+#include "fsdp/Runtime/Checkpoint.h"
 #include "fsdp/Runtime/CheckpointReader.h"
 #include "fsdp/Runtime/Storage.h"
 #include "fsdp/Support/Printable.h"
@@ -201,6 +204,98 @@ TEST(Reader, TrailingBytesAfterTheMetadataPickleAreCorrupt) {
   EXPECT_EQ(reader.kind(), ErrorKind::Corrupt);
   EXPECT_NE(reader.error().find("7 bytes after the pickle's end at 4"), std::string::npos)
       << reader.error();
+}
+
+} // namespace
+
+namespace {
+
+/// Posix storage that, on the first open of a data file, exchanges the
+/// checkpoint being read with another one: a save with --overwrite
+/// committing in the middle of a read.
+class SwappingStorage : public Storage {
+public:
+  SwappingStorage(std::string dir, std::string other)
+      : base_(createPosixStorage()), dir_(std::move(dir)), other_(std::move(other)) {}
+  Result<std::unique_ptr<Claim>> claim(const std::string &lock, const std::string &holder) override {
+    return base_->claim(lock, holder);
+  }
+  Result<std::string> realPath(const std::string &path) override { return base_->realPath(path); }
+  Result<std::unique_ptr<WritableFile>> create(const std::string &path) override {
+    return base_->create(path);
+  }
+  Result<std::unique_ptr<zip::ByteSource>> openRead(const std::string &path) override {
+    if (!swapped_ && path.size() > 7 && path.compare(path.size() - 7, 7, ".distcp") == 0) {
+      swapped_ = true;
+      EXPECT_TRUE(base_->exchange(dir_, other_));
+    }
+    return base_->openRead(path);
+  }
+  bool exists(const std::string &path) override { return base_->exists(path); }
+  Result<PathStatus> status(const std::string &path) override { return base_->status(path); }
+  Result<std::vector<std::string>> listDir(const std::string &path) override {
+    return base_->listDir(path);
+  }
+  Status link(const std::string &from, const std::string &to) override {
+    return base_->link(from, to);
+  }
+  Status setMode(const std::string &path, uint32_t mode) override {
+    return base_->setMode(path, mode);
+  }
+  Status makeDir(const std::string &path) override { return base_->makeDir(path); }
+  Status removeTree(const std::string &path) override { return base_->removeTree(path); }
+  Status rename(const std::string &from, const std::string &to) override {
+    return base_->rename(from, to);
+  }
+  Status exchange(const std::string &a, const std::string &b) override {
+    return base_->exchange(a, b);
+  }
+  Status syncDir(const std::string &path) override { return base_->syncDir(path); }
+  bool swapped() const { return swapped_; }
+
+private:
+  std::unique_ptr<Storage> base_;
+  std::string dir_, other_;
+  bool swapped_ = false;
+};
+
+TEST(ReplacedWhileReading, IsSaidAsSuchNotCorrupt) {
+  using namespace fsdp::multirank;
+  std::string work = tempDir();
+  ASSERT_FALSE(work.empty());
+  plan::PlanFile plan = planFor(testmodels::workedExample({1}));
+  expectAllOk(saveOnRanks(plan, work + "/ckpt", 1));
+  expectAllOk(saveOnRanks(plan, work + "/newer", 2));
+  // Untouched, both verify.
+  std::unique_ptr<Storage> posix = createPosixStorage();
+  std::string report;
+  EXPECT_TRUE(verifyCheckpoint(work + "/ckpt", *posix, report)) << report;
+
+  SwappingStorage swapping(work + "/ckpt", work + "/newer");
+  Status verified = verifyCheckpoint(work + "/ckpt", swapping, report);
+  ASSERT_TRUE(swapping.swapped());
+  ASSERT_FALSE(verified);
+  EXPECT_EQ(verified.kind(), ErrorKind::Busy) << verified.error();
+  EXPECT_NE(verified.error().find("replaced while it was being read"), std::string::npos)
+      << verified.error();
+  EXPECT_TRUE(report.empty()) << report;
+
+  // A load the same way (the directories swapped back first).
+  ASSERT_TRUE(posix->exchange(work + "/ckpt", work + "/newer"));
+  onRanks(1, [&](int64_t, std::unique_ptr<Communicator> comm) {
+    auto storage = std::make_unique<SwappingStorage>(work + "/ckpt", work + "/newer");
+    SwappingStorage *seen = storage.get();
+    Result<std::unique_ptr<Checkpointer>> opened =
+        openAndAllocate(plan, std::move(comm), std::move(storage), {});
+    ASSERT_TRUE(opened) << opened.error();
+    Result<LoadResult> loaded = (*opened)->load(work + "/ckpt");
+    ASSERT_TRUE(seen->swapped());
+    ASSERT_FALSE(loaded);
+    EXPECT_EQ(loaded.kind(), ErrorKind::Busy) << loaded.error();
+    EXPECT_NE(loaded.error().find("replaced while it was being read"), std::string::npos)
+        << loaded.error();
+  });
+  (void)posix->removeTree(work);
 }
 
 } // namespace
