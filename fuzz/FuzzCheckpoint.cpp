@@ -54,6 +54,21 @@ public:
     return std::unique_ptr<zip::ByteSource>(new zip::MemorySource(found->second));
   }
   bool exists(const std::string &path) override { return files.count(path) > 0; }
+  Result<PathStatus> status(const std::string &path) override {
+    PathStatus found;
+    if (files.count(path))
+      found.kind = PathStatus::Kind::RegularFile;
+    return found;
+  }
+  Result<std::vector<std::string>> listDir(const std::string &path) override {
+    return makeError(path + ": not listed");
+  }
+  Status link(const std::string &from, const std::string &) override {
+    return makeError(from + ": read-only");
+  }
+  Status setMode(const std::string &path, uint32_t) override {
+    return makeError(path + ": read-only");
+  }
   Status makeDir(const std::string &path) override { return makeError(path + ": read-only"); }
   Status removeTree(const std::string &path) override { return makeError(path + ": read-only"); }
   Status rename(const std::string &from, const std::string &) override {
