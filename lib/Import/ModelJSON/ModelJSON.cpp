@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 #include "fsdp/Import/ModelJSON.h"
 #include "fsdp/Dialect/FSDP/IR/FSDPOps.h"
+#include "fsdp/Support/Printable.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
@@ -528,7 +529,10 @@ OwningOpRef<ModuleOp> ModelImporter::import(StringRef text) {
 
 /// Prints "<file>: error: <json path>: <message>" for the locations the
 /// importer creates (see ModelImporter::locFor); the generic op dump MLIR
-/// would append adds nothing for a user who wrote JSON.
+/// would append adds nothing for a user who wrote JSON. Every diagnostic of
+/// an import passes here, and each part goes through printable(): keys,
+/// names, dtypes and the file's name come from the user and may hold any
+/// bytes, and an error stays one line with no raw control characters.
 static void printImportDiagnostic(Diagnostic &diagnostic) {
   std::string file, path;
   Location loc = diagnostic.getLocation();
@@ -550,8 +554,9 @@ static void printImportDiagnostic(Diagnostic &diagnostic) {
     severity = "note";
   else if (diagnostic.getSeverity() == DiagnosticSeverity::Remark)
     severity = "remark";
-  llvm::errs() << file << ": " << severity << ": " << (path.empty() ? "" : path + ": ")
-               << diagnostic.str() << "\n";
+  llvm::errs() << printable(file) << ": " << severity << ": "
+               << (path.empty() ? "" : printable(path) + ": ") << printable(diagnostic.str())
+               << "\n";
   for (Diagnostic &note : diagnostic.getNotes())
     printImportDiagnostic(note);
 }

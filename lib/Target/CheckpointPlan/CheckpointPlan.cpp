@@ -1,5 +1,6 @@
 //===- CheckpointPlan.cpp - Emit checkpoint plans from lowered IR ---------===//
 #include "fsdp/Target/CheckpointPlan.h"
+#include "fsdp/Support/Printable.h"
 #include "fsdp/Dialect/FSDP/IR/FSDPUtils.h"
 #include "fsdp/Plan/PlanFile.h"
 
@@ -76,7 +77,8 @@ static LogicalResult checkPlanAgreesWithIR(ArrayRef<ParamGroupOp> groups,
       if (rank >= planned.size() || rank >= ranks.size() || planned[rank] != ranks[rank])
         return group.emitError()
                << "the checkpoint planner and the IR disagree on rank " << rank
-               << "'s range of @" << group.getSymName() << ": the plan puts it at "
+               << "'s range of @" << printable(group.getSymName().str())
+               << ": the plan puts it at "
                << (rank < planned.size() ? std::to_string(planned[rank]) : "no range")
                << ", ranks at "
                << (rank < ranks.size() ? std::to_string(ranks[rank]) : "no range");
@@ -96,7 +98,8 @@ static LogicalResult checkPlanAgreesWithIR(ArrayRef<ParamGroupOp> groups,
       if (plannedPieces.size() != pieces.size() ||
           !std::equal(plannedPieces.begin(), plannedPieces.end(), pieces.begin(), same))
         return member.emitError()
-               << "the checkpoint planner and the IR disagree on member '" << member.getFQN()
+               << "the checkpoint planner and the IR disagree on member '"
+               << printable(member.getFQN())
                << "': the plan saves it as pieces " << piecesText(plannedPieces, toIR)
                << ", its pieces are "
                << piecesText(pieces, [](const MemberOp::Piece &piece) { return piece; });
@@ -203,7 +206,7 @@ FailureOr<plan::ModelLayout> fsdp::buildModelLayout(ModelOp model) {
   for (ParamOp param : params)
     if (!leadingFQN.count(param.getFQN()))
       return param.emitError()
-             << "'" << param.getFQN()
+             << "'" << printable(param.getFQN())
              << "' is outside every fully_shard unit, so it has no layout and "
                 "cannot be checkpointed; make an enclosing module a unit";
   llvm::StringSet<> seen;
@@ -215,7 +218,7 @@ FailureOr<plan::ModelLayout> fsdp::buildModelLayout(ModelOp model) {
       layout.optimizerParams.push_back(it->second);
   }
   if (Status status = plan::checkModelLayout(layout); !status)
-    return emitError(model.getLoc()) << "cannot plan: " << status.error();
+    return emitError(model.getLoc()) << "cannot plan: " << printable(status.error());
   if (failed(checkPlanAgreesWithIR(*groups, layout)))
     return failure();
   return layout;
@@ -282,7 +285,7 @@ void fsdp::registerToCheckpointPlanTranslation() {
           Result<uint64_t> written =
               plan::writeSplitPlanFiles(*layout, planSplitDir, options.ranks, planMaxFileBytes);
           if (!written)
-            return emitError(model.getLoc()) << written.error();
+            return emitError(model.getLoc()) << printable(written.error());
           os << "wrote "
              << (options.ranks.empty() ? layout->worldSize() : int64_t(options.ranks.size()))
              << " plan files, " << *written << " bytes, to " << planSplitDir << "\n";
@@ -305,21 +308,21 @@ void fsdp::registerToCheckpointPlanTranslation() {
                   return Status::success();
                 });
             if (!written)
-              return emitError(model.getLoc()) << written.error();
+              return emitError(model.getLoc()) << printable(written.error());
             return success();
           }
         }
         Result<std::string> bytes = plan::buildPlanFile(*layout, options);
         if (!bytes)
-          return emitError(model.getLoc()) << bytes.error();
+          return emitError(model.getLoc()) << printable(bytes.error());
         if (planFormat != "flatbuffers") {
           Result<plan::PlanFile> file = plan::PlanFile::fromBytes(bytes.take());
           if (!file)
-            return emitError(model.getLoc()) << file.error();
+            return emitError(model.getLoc()) << printable(file.error());
           Result<std::string> text =
               planFormat == "json" ? file->toJSON() : file->metadataBytes();
           if (!text)
-            return emitError(model.getLoc()) << text.error();
+            return emitError(model.getLoc()) << printable(text.error());
           os.write(text->data(), text->size());
           return success();
         }

@@ -21,6 +21,7 @@
 //===----------------------------------------------------------------------===//
 #include "fsdp/Dialect/FSDP/IR/FSDPUtils.h"
 #include "fsdp/Plan/PlanFile.h"
+#include "fsdp/Support/Escape.h"
 #include "fsdp/Target/CheckpointPlan.h"
 #include "fsdp/Target/Cpp.h"
 
@@ -43,18 +44,234 @@ namespace {
 // Names and spellings
 //===----------------------------------------------------------------------===//
 
-/// A C identifier (what a symbol prefix must be).
-bool isIdentifier(StringRef name) {
-  if (name.empty() || !(llvm::isAlpha(name[0]) || name[0] == '_'))
-    return false;
-  return llvm::all_of(name, [](char c) { return llvm::isAlnum(c) || c == '_'; });
+// Everything from the model or the command line that reaches the generated
+// files goes through exactly one of the functions of this section: names that
+// become C or C++ identifiers are checked (identifierProblem, namespaceProblem,
+// prefixProblem), the header's name is checked (includeNameProblem), and any
+// other text is written as a comment (commentText) or a string literal
+// (stringLiteral, asmString). The generated code compiles warning-free for any
+// name these accept.
+
+/// C and C++ keywords, alternative tokens included (C++ `and`, C's
+/// <iso646.h> macros) and C23's: not one may be an identifier of the
+/// generated code, which is both C and C++.
+bool isKeyword(StringRef name) {
+  static constexpr StringLiteral kKeywords =
+      "_Alignas _Alignof _Atomic _BitInt _Bool _Complex _Decimal128 _Decimal32 _Decimal64 "
+      "_Generic _Imaginary _Noreturn _Static_assert _Thread_local alignas alignof and and_eq "
+      "asm auto bitand bitor bool break case catch char char16_t char32_t char8_t class "
+      "co_await co_return co_yield compl concept const const_cast consteval constexpr "
+      "constinit continue decltype default delete do double dynamic_cast else enum explicit "
+      "export extern false float for friend goto if inline int long mutable namespace new "
+      "noexcept not not_eq nullptr operator or or_eq private protected public register "
+      "reinterpret_cast requires restrict return short signed sizeof static static_assert "
+      "static_cast struct switch template this thread_local throw true try typedef typeid "
+      "typename typeof typeof_unqual union unsigned using virtual void volatile wchar_t "
+      "while xor xor_eq";
+  SmallVector<StringRef> keywords;
+  kKeywords.split(keywords, ' ');
+  return llvm::is_contained(keywords, name);
 }
 
-/// A C++ namespace: identifiers joined by `::`.
-bool isNamespace(StringRef name) {
+enum class IdentifierProblem { None, Syntax, Keyword, Reserved };
+
+/// Whether `name` can be an identifier of the generated code: letters,
+/// digits and '_', not a keyword, and not one of those the standards reserve
+/// for the compiler and its library (whose macros, such as __linux__ or
+/// _GNU_SOURCE, would replace it).
+IdentifierProblem identifierProblem(StringRef name) {
+  if (name.empty() || !(llvm::isAlpha(name[0]) || name[0] == '_') ||
+      !llvm::all_of(name, [](char c) { return llvm::isAlnum(c) || c == '_'; }))
+    return IdentifierProblem::Syntax;
+  if (isKeyword(name))
+    return IdentifierProblem::Keyword;
+  if (name.contains("__") || (name.size() > 1 && name[0] == '_' && llvm::isUpper(name[1])))
+    return IdentifierProblem::Reserved;
+  return IdentifierProblem::None;
+}
+
+constexpr const char *kReservedText =
+    "reserved to the compiler and the standard library (names holding '__' or starting with "
+    "'_' and a capital letter)";
+
+/// What "--cpp-symbol-prefix must" be when `prefix` cannot be the symbol
+/// prefix, or "".
+std::string prefixProblem(StringRef prefix) {
+  // The macros are the prefix in capitals: `_x` makes the reserved `_X_...`.
+  IdentifierProblem problem = identifierProblem(prefix);
+  if (problem == IdentifierProblem::None &&
+      identifierProblem(prefix.upper()) == IdentifierProblem::Reserved)
+    problem = IdentifierProblem::Reserved;
+  switch (problem) {
+  case IdentifierProblem::Syntax:
+    return "be a C identifier";
+  case IdentifierProblem::Keyword:
+    return "not be a C or C++ keyword";
+  case IdentifierProblem::Reserved:
+    return std::string("not be an identifier ") + kReservedText;
+  case IdentifierProblem::None:
+    break;
+  }
+  if (prefix == "fsdp")
+    return "not be 'fsdp' (it would define fsdp_open, a function of the runtime's C API)";
+  return "";
+}
+
+/// What "--cpp-namespace must" be when `ns` cannot be the C++ namespace, or
+/// "". Besides identifiers, the namespace cannot reuse a name the generated
+/// code means otherwise: one it names unqualified inside the namespace (any
+/// component would hide it), or, for the outermost component, one the source
+/// defines at global scope. (Names the C and C++ libraries declare, such as
+/// memcpy or NULL, are the caller's to avoid.)
+std::string namespaceProblem(StringRef ns, StringRef prefix) {
+  static const char *const usedInside[] = {"fsdp",     "std",      "size_t",  "int8_t",
+                                           "int16_t",  "int32_t",  "int64_t", "uint8_t",
+                                           "uint16_t", "uint32_t", "uint64_t"};
+  static const char *const sourceGlobals[] = {"report", "kLibraryName", "kPlanBytes",
+                                              "RankPlanSpan", "kRankPlans"};
+  static const char *const prefixed[] = {"buffers", "buffer_elements", "element_size", "rank_plan",
+                                         "open",    "plan_bytes",      "plan_size"};
   SmallVector<StringRef> parts;
-  name.split(parts, "::");
-  return llvm::all_of(parts, isIdentifier);
+  ns.split(parts, "::");
+  for (auto [index, part] : llvm::enumerate(parts)) {
+    switch (identifierProblem(part)) {
+    case IdentifierProblem::Syntax:
+      return "be a C++ namespace (identifiers joined by '::')";
+    case IdentifierProblem::Keyword:
+      return "not hold '" + part.str() + "', a C or C++ keyword";
+    case IdentifierProblem::Reserved:
+      return "not hold '" + part.str() + "', an identifier " + kReservedText;
+    case IdentifierProblem::None:
+      break;
+    }
+    if (llvm::is_contained(usedInside, part))
+      return "not hold '" + part.str() + "', which the generated code uses unqualified";
+    bool global = index == 0 && (llvm::is_contained(sourceGlobals, part) ||
+                                 llvm::any_of(prefixed, [&](StringRef name) {
+                                   return part == (prefix + "_" + name).str();
+                                 }));
+    if (global)
+      return "not start with '" + part.str() + "', which the source defines at global scope";
+  }
+  return "";
+}
+
+/// Non-ASCII code points a compiler warns about or an editor shows as a line
+/// break, even inside a comment: C1 controls, bidirectional controls (GCC's
+/// -Wbidi-chars), line and paragraph separators, noncharacters.
+bool isUnsafeInSource(uint32_t code) {
+  return (code >= 0x80 && code < 0xA0) || code == 0x061C || code == 0x200E || code == 0x200F ||
+         (code >= 0x2028 && code <= 0x202E) || (code >= 0x2066 && code <= 0x2069) ||
+         isNoncharacter(code);
+}
+
+/// What the file name in `#include "..."` must be when `name` cannot be
+/// one, or "". A header name has no escapes: the preprocessor looks up what
+/// it holds as written.
+std::string includeNameProblem(StringRef name) {
+  for (size_t at = 0; at < name.size();) {
+    auto c = static_cast<uint8_t>(name[at]);
+    uint32_t code = c;
+    size_t length = c < 0x80 ? 1 : decodeUtf8(name, at, code);
+    if (length == 0)
+      return "be valid UTF-8";
+    if (code < 0x20 || code == 0x7F || isUnsafeInSource(code))
+      return "not hold control characters or code points compilers warn about";
+    if (c == '"' || c == '\'' || c == '\\')
+      return "not hold quotes or backslashes (an #include cannot escape them)";
+    if (c == '?' && at + 1 < name.size() && name[at + 1] == '?')
+      return "not hold '?\?' (a trigraph in C; a warning in C++)";
+    at += length;
+  }
+  return "";
+}
+
+/// Text from the model or the command line inside a `//` or `/* */`
+/// comment: it can neither end the comment nor start a nested one, nor
+/// splice the next line into it, nor hold a line break or a control
+/// character. Written as \xNN: control bytes, invalid UTF-8, `\`, the second
+/// `?` of `??` (a trigraph in C), a `/` next to a `*`, and a `/` or `*` at
+/// either end (so neither pairs with the text around it); as \u{XXXX}: the
+/// code points of isUnsafeInSource.
+std::string commentText(StringRef text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t at = 0; at < text.size();) {
+    auto c = static_cast<uint8_t>(text[at]);
+    if (c >= 0x80) {
+      uint32_t code = 0;
+      if (size_t length = decodeUtf8(text, at, code)) {
+        if (isUnsafeInSource(code))
+          appendCodePointEscape(out, code);
+        else
+          out.append(text.substr(at, length));
+        at += length;
+      } else {
+        appendByteEscape(out, c);
+        ++at;
+      }
+      continue;
+    }
+    bool atEnd = at == 0 || at + 1 == text.size();
+    bool nextToStar =
+        (at > 0 && text[at - 1] == '*') || (at + 1 < text.size() && text[at + 1] == '*');
+    if (c < 0x20 || c == 0x7F || c == '\\' || (c == '?' && at > 0 && text[at - 1] == '?') ||
+        (c == '/' && (atEnd || nextToStar)) || (c == '*' && atEnd))
+      appendByteEscape(out, c);
+    else
+      out += static_cast<char>(c);
+    ++at;
+  }
+  return out;
+}
+
+/// `\ooo`: three octal digits, so the escape ends there whatever follows (a
+/// hex escape would run on into following hex digits).
+void appendOctalEscape(std::string &out, uint8_t byte) {
+  out += '\\';
+  out += static_cast<char>('0' + ((byte >> 6) & 7));
+  out += static_cast<char>('0' + ((byte >> 3) & 7));
+  out += static_cast<char>('0' + (byte & 7));
+}
+
+/// A C/C++ string literal of `text`, any bytes, in plain ASCII: printable
+/// ASCII as it is but for `"`, `\` and the second `?` of `??` (a trigraph in
+/// C), escaped with a backslash; a newline as \n; every other byte in octal.
+std::string stringLiteral(StringRef text) {
+  std::string out = "\"";
+  for (size_t at = 0; at < text.size(); ++at) {
+    auto c = static_cast<uint8_t>(text[at]);
+    if (c == '"' || c == '\\' || (c == '?' && at > 0 && text[at - 1] == '?')) {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c >= 0x20 && c < 0x7F) {
+      out += static_cast<char>(c);
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      appendOctalEscape(out, c);
+    }
+  }
+  return out + "\"";
+}
+
+/// An assembler string (`.incbin "<path>"`), any bytes, with the escapes the
+/// GNU assembler and Clang's both read: `\"`, `\\` and every byte that is not
+/// printable ASCII in octal. It reaches the source through stringLiteral.
+std::string asmString(StringRef text) {
+  std::string out = "\"";
+  for (char ch : text) {
+    auto c = static_cast<uint8_t>(ch);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (c >= 0x20 && c < 0x7F) {
+      out += ch;
+    } else {
+      appendOctalEscape(out, c);
+    }
+  }
+  return out + "\"";
 }
 
 struct RoleSpelling {
@@ -119,54 +336,6 @@ DTypeSpelling dtypeSpelling(dcp::DType dtype) {
 StringRef dtypeBrief(dcp::DType dtype) {
   StringRef name = getDTypeName(dtype);
   return name.empty() ? StringRef("?") : name;
-}
-
-/// Text from the model (unit names) inside a comment: printable, and never
-/// closing a C comment.
-std::string commentText(StringRef text) {
-  std::string out;
-  for (char c : text) {
-    if (c == '/' && !out.empty() && out.back() == '*')
-      out += ' ';
-    if (llvm::isPrint(c))
-      out += c;
-    else
-      out += '?';
-  }
-  return out;
-}
-
-/// A C/C++ string literal of `text`.
-std::string stringLiteral(StringRef text) {
-  std::string out = "\"";
-  for (unsigned char c : text) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c == '\n') {
-      out += "\\n";
-    } else if (llvm::isPrint(c)) {
-      out += static_cast<char>(c);
-    } else {
-      // Octal escapes end after three digits, whatever follows.
-      out += '\\';
-      out += static_cast<char>('0' + ((c >> 6) & 7));
-      out += static_cast<char>('0' + ((c >> 3) & 7));
-      out += static_cast<char>('0' + (c & 7));
-    }
-  }
-  return out + "\"";
-}
-
-/// An assembler string (`.incbin "<path>"`).
-std::string asmString(StringRef text) {
-  std::string out = "\"";
-  for (char c : text) {
-    if (c == '"' || c == '\\')
-      out += '\\';
-    out += c;
-  }
-  return out + "\"";
 }
 
 std::string upper(StringRef text) { return text.upper(); }
@@ -234,9 +403,11 @@ std::string placementsText(const std::vector<layout::Placement> &placements) {
 }
 
 /// The banner every file starts with: `//===- name - what -----===//` as the
-/// rest of the repository, in C comment form for the header.
-void writeBanner(raw_ostream &os, StringRef name, StringRef what, bool cComment) {
-  std::string head = (cComment ? "/*===- " : "//===- ") + name.str() + " - " + what.str() + " ";
+/// rest of the repository, in C comment form for the header. The file's name
+/// and the model's are written with commentText.
+void writeBanner(raw_ostream &os, StringRef name, StringRef modelName, bool cComment) {
+  std::string head = (cComment ? "/*===- " : "//===- ") + commentText(name) +
+                     " - Checkpoint library of " + commentText(modelName) + " (generated) ";
   std::string tail = cComment ? "-===*" : "-===//";
   os << head;
   for (size_t width = head.size() + tail.size(); width < 80; ++width)
@@ -453,7 +624,7 @@ void writeDeclarations(raw_ostream &os, const Library &lib) {
 }
 
 void writeHeader(raw_ostream &os, const Library &lib, StringRef name) {
-  writeBanner(os, name, "Checkpoint library of " + lib.modelName + " (generated)", true);
+  writeBanner(os, name, lib.modelName, true);
   writeSummary(os, lib, " *");
   os << " *===" << std::string(71, '-') << "===*/\n";
   writeDeclarations(os, lib);
@@ -468,12 +639,11 @@ void writeSource(raw_ostream &os, const Library &lib) {
     writeHeader(os, lib, lib.outputName);
     os << "\n";
   } else {
-    writeBanner(os, lib.outputName, "Checkpoint library of " + lib.modelName + " (generated)",
-                false);
+    writeBanner(os, lib.outputName, lib.modelName, false);
     os << "//\n// Generated by `fsdp-translate --emit-cpp`: do not edit. The model, its mesh\n"
        << "// and layout are summarized in " << commentText(lib.headerName) << ".\n//\n"
        << "//===" << std::string(70, '-') << "===//\n"
-       << "#include " << stringLiteral(lib.headerName) << "\n\n";
+       << "#include \"" << lib.headerName << "\"\n\n"; // as written: includeNameProblem
   }
   std::string bytesSym = lib.sym("plan_bytes"), sizeSym = lib.sym("plan_size");
   std::string section = ".lrodata." + lib.sym("plan");
@@ -697,14 +867,22 @@ LogicalResult translateToCpp(Operation *op, raw_ostream &os, const CppOptions &o
   if (!model)
     return failure();
   Location loc = model.getLoc();
-  if (!isIdentifier(options.prefix))
-    return emitError(loc) << "--cpp-symbol-prefix must be a C identifier, got '" << options.prefix
-                          << "'";
+  // Option values are refused before anything is written, each naming the
+  // option and the value.
+  if (std::string problem = prefixProblem(options.prefix); !problem.empty())
+    return emitError(loc) << "--cpp-symbol-prefix must " << problem << ", got '"
+                          << printable(options.prefix) << "'";
   std::string ns = options.ns.empty() ? options.prefix : options.ns;
-  if (!isNamespace(ns))
-    return emitError(loc) << "--cpp-namespace must be a C++ namespace (identifiers joined by "
-                             "'::'), got '"
-                          << ns << "'";
+  if (std::string problem = namespaceProblem(ns, options.prefix); !problem.empty())
+    return emitError(loc) << "--cpp-namespace"
+                          << (options.ns.empty() ? " (by default the --cpp-symbol-prefix)" : "")
+                          << " must " << problem << ", got '" << printable(ns) << "'";
+  if (!options.header.empty())
+    if (std::string problem = includeNameProblem(llvm::sys::path::filename(options.header));
+        !problem.empty())
+      return emitError(loc) << "--emit-cpp-header: the source includes the header by its file "
+                               "name, which must "
+                            << problem << ", got '" << printable(options.header) << "'";
   if (failed(getLoweredGroups(model, "--emit-cpp")))
     return failure();
   FailureOr<plan::ModelLayout> layout = buildModelLayout(model);
@@ -733,7 +911,7 @@ LogicalResult translateToCpp(Operation *op, raw_ostream &os, const CppOptions &o
     llvm::sys::path::replace_extension(planPath, ".plans.bin");
   }
   if (std::error_code error = llvm::sys::fs::make_absolute(planPath))
-    return emitError(loc) << planPath << ": " << error.message();
+    return emitError(loc) << printable(planPath.str()) << ": " << error.message();
   lib.planPath = planPath.str().str();
   if (!options.header.empty())
     lib.headerName = llvm::sys::path::filename(options.header).str();
@@ -747,7 +925,7 @@ LogicalResult translateToCpp(Operation *op, raw_ostream &os, const CppOptions &o
   std::string errorMessage;
   auto planFile = mlir::openOutputFile(lib.planPath, &errorMessage);
   if (!planFile)
-    return emitError(loc) << errorMessage;
+    return emitError(loc) << printable(errorMessage);
   llvm::raw_fd_ostream &planOut = planFile->os();
   Result<uint64_t> written = plan::forEachSplitPlanFile(
       *layout, {}, [&](int64_t rank, const std::string &bytes) -> Status {
@@ -784,13 +962,13 @@ LogicalResult translateToCpp(Operation *op, raw_ostream &os, const CppOptions &o
         return Status::success();
       });
   if (!written)
-    return emitError(loc) << "cannot plan: " << written.error();
+    return emitError(loc) << "cannot plan: " << printable(written.error());
   planFile->keep();
 
   if (!options.header.empty()) {
     auto header = mlir::openOutputFile(options.header, &errorMessage);
     if (!header)
-      return emitError(loc) << errorMessage;
+      return emitError(loc) << printable(errorMessage);
     writeHeader(header->os(), lib, lib.headerName);
     header->keep();
   }

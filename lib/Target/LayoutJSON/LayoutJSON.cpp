@@ -16,6 +16,13 @@
 using namespace mlir;
 using namespace fsdp;
 
+/// A name as a JSON string. Names from MLIR may be any bytes, and
+/// llvm::json asserts on invalid UTF-8: such bytes become U+FFFD, as a
+/// release build of llvm::json writes them.
+static std::string jsonString(StringRef name) {
+  return llvm::json::isUTF8(name) ? name.str() : llvm::json::fixUTF8(name);
+}
+
 static void writeGroup(llvm::json::OStream &json, MeshOp mesh, ParamGroupOp group) {
   std::vector<int64_t> meshSizes = getLayoutMeshSizes(mesh);
   int64_t shardSize = *group.getShardSize();
@@ -27,7 +34,7 @@ static void writeGroup(llvm::json::OStream &json, MeshOp mesh, ParamGroupOp grou
     ranksOfShard[begin / shardSize].push_back(rank);
 
   json.object([&] {
-    json.attribute("unit", group.getUnit());
+    json.attribute("unit", jsonString(group.getUnit()));
     json.attribute("dtype", getDTypeName(group.getDtype()));
     json.attribute("requires_grad", group.getRequiresGrad());
     json.attribute("chunk", *group.getChunk());
@@ -48,7 +55,7 @@ static void writeGroup(llvm::json::OStream &json, MeshOp mesh, ParamGroupOp grou
     json.attributeArray("params", [&] {
       for (MemberOp member : group.getBody().getOps<MemberOp>()) {
         json.object([&] {
-          json.attribute("fqn", member.getFQN());
+          json.attribute("fqn", jsonString(member.getFQN()));
           json.attributeArray("shape", [&] {
             for (int64_t dim : member.getTensorType().getShape())
               json.value(dim);
@@ -57,7 +64,7 @@ static void writeGroup(llvm::json::OStream &json, MeshOp mesh, ParamGroupOp grou
           if (member.getFqns().size() > 1)
             json.attributeArray("tied_fqns", [&] {
               for (Attribute fqn : member.getFqns().getValue().drop_front())
-                json.value(cast<StringAttr>(fqn).getValue());
+                json.value(jsonString(cast<StringAttr>(fqn).getValue()));
             });
           struct RankChunk {
             int64_t rank;
@@ -110,7 +117,7 @@ LogicalResult fsdp::translateToLayoutJSON(Operation *op, raw_ostream &os) {
     json.attributeArray("mesh", [&] {
       for (auto [name, size] : llvm::zip(mesh.getAxisNames(), mesh.getShape()))
         json.object([&] {
-          json.attribute("name", cast<StringAttr>(name).getValue());
+          json.attribute("name", jsonString(cast<StringAttr>(name).getValue()));
           json.attribute("size", size);
         });
     });

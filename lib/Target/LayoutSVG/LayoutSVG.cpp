@@ -5,7 +5,9 @@
 // names the ranks holding each shard; below it, element offsets, callouts
 // for spans too narrow to label, and a table of every span in buffer order.
 // The picture is standalone: no scripts, no external fonts, only generic
-// font families, and every FQN is XML-escaped.
+// font families, and every name is XML-escaped (xmlText: well-formed for any
+// bytes, invalid UTF-8 and noncharacters included). Diagnostics write names
+// with printable().
 //
 //===----------------------------------------------------------------------===//
 #include "fsdp/Target/LayoutSVG.h"
@@ -13,6 +15,7 @@
 #include "fsdp/Dialect/FSDP/IR/FSDPOps.h"
 #include "fsdp/Dialect/FSDP/IR/FSDPUtils.h"
 #include "fsdp/Layout/Layout.h"
+#include "fsdp/Support/Escape.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Diagnostics.h"
@@ -83,37 +86,6 @@ std::string num(double value) {
   return text;
 }
 
-std::string escapeXML(StringRef text) {
-  std::string out;
-  out.reserve(text.size());
-  for (char c : text) {
-    switch (c) {
-    case '&':
-      out += "&amp;";
-      break;
-    case '<':
-      out += "&lt;";
-      break;
-    case '>':
-      out += "&gt;";
-      break;
-    case '"':
-      out += "&quot;";
-      break;
-    case '\'':
-      out += "&apos;";
-      break;
-    default:
-      // Control characters are not allowed in XML 1.0 (except tab/newline).
-      if (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n')
-        out += "?";
-      else
-        out += c;
-    }
-  }
-  return out;
-}
-
 /// 218136576 -> "218.1M".
 std::string human(int64_t n) {
   const char *suffixes[] = {"", "K", "M", "G", "T", "P"};
@@ -169,28 +141,29 @@ FailureOr<Group> collectGroup(ParamGroupOp op, int64_t numRanks) {
   std::optional<int64_t> chunk = op.getChunk();
   std::optional<int64_t> size = op.getSize();
   if (!chunk || !size)
-    return op.emitError() << "fsdp.param_group @" << op.getSymName()
+    return op.emitError() << "fsdp.param_group @" << printable(op.getSymName())
                           << " is not packed (no chunk/size): " << kLowerHint;
   std::optional<int64_t> shardSize = op.getShardSize();
   std::optional<ArrayRef<int64_t>> ranks = op.getRanks();
   if (!shardSize || !ranks)
-    return op.emitError() << "fsdp.param_group @" << op.getSymName()
+    return op.emitError() << "fsdp.param_group @" << printable(op.getSymName())
                           << " has no rank ranges (no shard_size/ranks): " << kLowerHint;
   group.chunk = *chunk;
   group.size = *size;
   group.shardSize = *shardSize;
   if (group.size < 0 || group.shardSize <= 0 || group.size % group.shardSize != 0 ||
       static_cast<int64_t>(ranks->size()) != numRanks)
-    return op.emitError() << "fsdp.param_group @" << op.getSymName() << ": inconsistent size "
-                          << group.size << ", shard_size " << group.shardSize << " and "
-                          << ranks->size() << " rank ranges for " << numRanks << " ranks";
+    return op.emitError() << "fsdp.param_group @" << printable(op.getSymName())
+                          << ": inconsistent size " << group.size << ", shard_size "
+                          << group.shardSize << " and " << ranks->size() << " rank ranges for "
+                          << numRanks << " ranks";
   group.numShards = group.size / group.shardSize;
   group.shardRanks.resize(group.numShards);
   for (auto [rank, begin] : llvm::enumerate(*ranks)) {
     if (begin < 0 || begin % group.shardSize != 0 || begin >= group.size)
-      return op.emitError() << "fsdp.param_group @" << op.getSymName() << ": rank " << rank
-                            << " range begins at " << begin << ", not a shard boundary of [0, "
-                            << group.size << ")";
+      return op.emitError() << "fsdp.param_group @" << printable(op.getSymName()) << ": rank "
+                            << rank << " range begins at " << begin
+                            << ", not a shard boundary of [0, " << group.size << ")";
     group.shardRanks[begin / group.shardSize].push_back(rank);
   }
 
@@ -198,8 +171,8 @@ FailureOr<Group> collectGroup(ParamGroupOp op, int64_t numRanks) {
   for (auto [index, member] : llvm::enumerate(op.getBody().getOps<MemberOp>())) {
     std::optional<int64_t> offset = member.getOffset();
     if (!offset)
-      return member.emitError() << "member '" << member.getFQN() << "' of @" << op.getSymName()
-                                << " has no offset: " << kLowerHint;
+      return member.emitError() << "member '" << printable(member.getFQN()) << "' of @"
+                                << printable(op.getSymName()) << " has no offset: " << kLowerHint;
     layout::Shape shape(member.getTensorType().getShape().begin(),
                         member.getTensorType().getShape().end());
     Segment segment;
@@ -404,7 +377,7 @@ void SVGWriter::text(double tx, double ty, StringRef cls, StringRef content, Str
     body << " text-anchor=\"" << anchor << "\"";
   if (!extra.empty())
     body << " " << extra;
-  body << ">" << escapeXML(content) << "</text>\n";
+  body << ">" << xmlText(content) << "</text>\n";
 }
 
 std::string SVGWriter::piecesText(const Segment &segment) const {
@@ -592,7 +565,7 @@ void SVGWriter::drawSpans(const Group &group, const BarGeometry &geo) {
     body << "<rect x=\"" << num(left) << "\" y=\"" << num(geo.barTop) << "\" width=\"" << num(w)
          << "\" height=\"" << num(kBarHeight) << "\" fill=\"" << fill(*segment) << "\" class=\""
          << (segment->kind == Segment::Member ? "member" : "gap") << "\"><title>"
-         << escapeXML(tooltip(group, *segment)) << "</title></rect>\n";
+         << xmlText(tooltip(group, *segment)) << "</title></rect>\n";
     // Row boundaries inside a member, when rows are wide enough to see.
     if (segment->kind != Segment::Member)
       continue;
@@ -877,7 +850,7 @@ void SVGWriter::drawSpanTable(const Group &group) {
       const Segment &segment = group.segments[index - 1];
       body << "<rect x=\"" << num(swatchX) << "\" y=\"" << num(ty - 10)
            << "\" width=\"16\" height=\"12\" fill=\"" << fill(segment)
-           << "\" class=\"swatch\"><title>" << escapeXML(tooltip(group, segment))
+           << "\" class=\"swatch\"><title>" << xmlText(tooltip(group, segment))
            << "</title></rect>\n";
     }
     text(columns[0], ty, cls, cell.number, "end");
@@ -895,7 +868,7 @@ void SVGWriter::write(llvm::raw_ostream &os, size_t numGroups, size_t numShown) 
   os << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
      << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << num(width) << "\" height=\""
      << num(height) << "\" viewBox=\"0 0 " << num(width) << " " << num(height) << "\">\n"
-     << "<title>fsdp.model @" << escapeXML(model.getSymName())
+     << "<title>fsdp.model @" << xmlText(model.getSymName())
      << ": packed parameter-group layout</title>\n"
      << "<desc>Generated by fsdp-translate --emit-layout-svg. One bar per "
         "fsdp.param_group, to scale; shard boundaries are the ranks' "
@@ -949,7 +922,7 @@ void SVGWriter::write(llvm::raw_ostream &os, size_t numGroups, size_t numShown) 
     llvm::raw_string_ostream hs(heading);
     hs << "fsdp.model @" << model.getSymName() << ": packed parameter-group layout";
   }
-  os << "<text x=\"" << num(kMarginX) << "\" y=\"24\" class=\"h1\">" << escapeXML(heading)
+  os << "<text x=\"" << num(kMarginX) << "\" y=\"24\" class=\"h1\">" << xmlText(heading)
      << "</text>\n";
   std::string note;
   {
@@ -969,13 +942,13 @@ void SVGWriter::write(llvm::raw_ostream &os, size_t numGroups, size_t numShown) 
     ns << "  \u00b7  each bar is " << num(kBarWidth)
        << " px for its group's size; spans under 1 px are drawn 1 px wide";
   }
-  os << "<text x=\"" << num(kMarginX) << "\" y=\"42\" class=\"note\">" << escapeXML(note)
+  os << "<text x=\"" << num(kMarginX) << "\" y=\"42\" class=\"note\">" << xmlText(note)
      << "</text>\n";
   double lx = kMarginX;
   double ly = 52;
   auto legendText = [&](double tx, StringRef label) {
     os << "<text x=\"" << num(tx) << "\" y=\"" << num(ly + 10) << "\" class=\"note\">"
-       << escapeXML(label) << "</text>\n";
+       << xmlText(label) << "</text>\n";
   };
   for (size_t i = 0; i < 4; ++i)
     os << "<rect x=\"" << num(lx + i * 8) << "\" y=\"" << num(ly)
@@ -1017,7 +990,8 @@ LogicalResult fsdp::translateToLayoutSVG(Operation *op, llvm::raw_ostream &os,
     return failure();
   MeshOp mesh = model.getMesh();
   if (!mesh)
-    return model.emitError() << "fsdp.model @" << model.getSymName() << " has no fsdp.mesh";
+    return model.emitError() << "fsdp.model @" << printable(model.getSymName())
+                             << " has no fsdp.mesh";
   FailureOr<SmallVector<ParamGroupOp>> lowered = getLoweredGroups(model, "--emit-layout-svg");
   if (failed(lowered))
     return failure();
@@ -1041,14 +1015,14 @@ LogicalResult fsdp::translateToLayoutSVG(Operation *op, llvm::raw_ostream &os,
       if (llvm::find(units, name) == units.end())
         units.push_back(name);
     }
-    InFlightDiagnostic diag = model.emitError()
-                              << "no fsdp.param_group of unit '" << options.unit << "' (units: ";
+    InFlightDiagnostic diag = model.emitError() << "no fsdp.param_group of unit '"
+                                                << printable(options.unit) << "' (units: ";
     for (auto [index, name] : llvm::enumerate(units)) {
       if (index == 8) {
         diag << ", ... " << units.size() - 8 << " more";
         break;
       }
-      diag << (index ? ", " : "") << name;
+      diag << (index ? ", " : "") << printable(name);
     }
     return diag << ")";
   }

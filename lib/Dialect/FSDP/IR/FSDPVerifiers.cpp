@@ -5,6 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "fsdp/Dialect/FSDP/IR/FSDPOps.h"
+#include "fsdp/Support/Printable.h"
 
 #include "mlir/IR/BuiltinTypes.h"
 #include "llvm/ADT/STLExtras.h"
@@ -15,15 +16,18 @@
 using namespace mlir;
 using namespace fsdp;
 
+// Names (modules, parameters, FQNs, units, symbols, mesh axes) come from the
+// user's files and may hold any bytes: every diagnostic writes them through
+// printable(), so an error stays one line with no raw control characters.
+
 /// Names of modules and parameters become FQN components.
 static LogicalResult verifyComponentName(Operation *op, StringRef kind,
                                          StringRef name) {
   if (name.empty())
     return op->emitOpError() << kind << " name must not be empty";
   if (name.contains('.'))
-    return op->emitOpError()
-           << kind << " name '" << name
-           << "' must not contain '.' (FQNs are joined with '.')";
+    return op->emitOpError() << kind << " name '" << printable(name)
+                             << "' must not contain '.' (FQNs are joined with '.')";
   return success();
 }
 
@@ -44,9 +48,9 @@ LogicalResult MeshOp::verify() {
     if (axis.empty())
       return emitOpError() << "mesh axis name must not be empty";
     if (!seen.insert(axis).second)
-      return emitOpError() << "duplicate mesh axis name '" << axis << "'";
+      return emitOpError() << "duplicate mesh axis name '" << printable(axis) << "'";
     if (size < 1)
-      return emitOpError() << "mesh axis '" << axis
+      return emitOpError() << "mesh axis '" << printable(axis)
                            << "' must have a positive size, got " << size;
   }
   // Every rank is listed in the lowered IR: keep the world to what a job
@@ -132,8 +136,8 @@ LogicalResult OptimizerOp::verify() {
 LogicalResult NNModuleOp::verify() {
   if (isa<ModelOp>((*this)->getParentOp())) {
     if (!getName().empty())
-      return emitOpError() << "the root module must be named \"\", got \""
-                           << getName() << "\"";
+      return emitOpError() << "the root module must be named \"\", got \"" << printable(getName())
+                           << "\"";
     return success();
   }
   return verifyComponentName(*this, "module", getName());
@@ -148,22 +152,19 @@ LogicalResult ParamOp::verify() {
     return failure();
   RankedTensorType type = getTensorType();
   if (type.getRank() == 0)
-    return emitOpError() << "parameter '" << getName()
+    return emitOpError() << "parameter '" << printable(getName())
                          << "' must have at least one dimension (0-d "
                             "parameters cannot be packed by rows)";
   for (auto [dim, size] : llvm::enumerate(type.getShape()))
     if (ShapedType::isDynamic(size) || size <= 0)
-      return emitOpError() << "parameter '" << getName() << "' dimension "
-                           << dim << " must be a positive static size, got "
-                           << (ShapedType::isDynamic(size)
-                                   ? std::string("?")
-                                   : std::to_string(size));
+      return emitOpError() << "parameter '" << printable(getName()) << "' dimension " << dim
+                           << " must be a positive static size, got "
+                           << (ShapedType::isDynamic(size) ? std::string("?")
+                                                           : std::to_string(size));
   if (!isSupportedElementType(type.getElementType()))
-    return emitOpError() << "parameter '" << getName()
-                         << "' has unsupported element type "
-                         << type.getElementType()
-                         << " (supported: " << getSupportedTypesText(/*floatsOnly=*/false)
-                         << ")";
+    return emitOpError() << "parameter '" << printable(getName())
+                         << "' has unsupported element type " << type.getElementType()
+                         << " (supported: " << getSupportedTypesText(/*floatsOnly=*/false) << ")";
   return success();
 }
 
@@ -185,8 +186,8 @@ static LogicalResult verifyUniqueChildNames(NNModuleOp module) {
     auto [it, inserted] = seen.try_emplace(name, &child);
     if (!inserted)
       return child.emitOpError()
-                 .append("duplicate name '", name, "' in module \"",
-                         module.getFQN(), "\"")
+                 .append("duplicate name '", printable(name), "' in module \"",
+                         printable(module.getFQN()), "\"")
                  .attachNote(it->second->getLoc())
              << "first defined here";
   }
@@ -211,7 +212,7 @@ static LogicalResult verifyParamGroups(ModelOp model,
   for (ParamGroupOp group : groups) {
     NNModuleOp unit = unitsByFQN.lookup(group.getUnit());
     if (!unit)
-      return group.emitOpError() << "names unit \"" << group.getUnit()
+      return group.emitOpError() << "names unit \"" << printable(group.getUnit())
                                  << "\", which is not a fully_shard module";
     groupsOfUnit[group.getUnit()].push_back(group);
     if (group.getBody().getOps<MemberOp>().empty())
@@ -224,31 +225,28 @@ static LogicalResult verifyParamGroups(ModelOp model,
                << expected;
     }
     if (unit.getFullyShardAttr() != group.getPolicy())
-      return group.emitOpError()
-             << "policy " << group.getPolicy() << " differs from unit \""
-             << group.getUnit() << "\"'s " << unit.getFullyShardAttr();
+      return group.emitOpError() << "policy " << group.getPolicy() << " differs from unit \""
+                                 << printable(group.getUnit()) << "\"'s "
+                                 << unit.getFullyShardAttr();
     for (MemberOp member : group.getBody().getOps<MemberOp>()) {
       for (Attribute attr : member.getFqns()) {
         StringRef fqn = cast<StringAttr>(attr).getValue();
         ParamOp param = params.lookup(fqn);
         if (!param)
-          return member.emitOpError()
-                 << "names unknown parameter '" << fqn << "'";
+          return member.emitOpError() << "names unknown parameter '" << printable(fqn) << "'";
         if (param.getTensorType() != member.getTensorType())
-          return member.emitOpError()
-                 << "has type " << member.getTensorType() << " but '" << fqn
-                 << "' has type " << param.getTensorType();
+          return member.emitOpError() << "has type " << member.getTensorType() << " but '"
+                                      << printable(fqn) << "' has type " << param.getTensorType();
         if (param.getRequiresGrad() != group.getRequiresGrad())
           return member.emitOpError()
-                 << "'" << fqn << "' differs from its group in requires_grad";
+                 << "'" << printable(fqn) << "' differs from its group in requires_grad";
         if (cast<NNModuleOp>(param->getParentOp()).getOwningUnit() != unit)
-          return member.emitOpError()
-                 << "'" << fqn << "' is not owned by unit \""
-                 << group.getUnit() << "\"";
+          return member.emitOpError() << "'" << printable(fqn) << "' is not owned by unit \""
+                                      << printable(group.getUnit()) << "\"";
         auto [it, inserted] = memberOfFQN.try_emplace(fqn, member);
         if (!inserted)
           return member.emitOpError()
-                     .append("'", fqn, "' is already a member")
+                     .append("'", printable(fqn), "' is already a member")
                      .attachNote(it->second.getLoc())
                  << "first listed here";
       }
@@ -257,7 +255,7 @@ static LogicalResult verifyParamGroups(ModelOp model,
   for (ParamOp param : paramsInOrder)
     if (cast<NNModuleOp>(param->getParentOp()).getOwningUnit() &&
         !memberOfFQN.count(param.getFQN()))
-      return param.emitOpError() << "'" << param.getFQN()
+      return param.emitOpError() << "'" << printable(param.getFQN())
                                  << "' is in no parameter group of its unit";
   // Each unit's groups and members are exactly Megatron-FSDP's: the same
   // groups in first-occurrence order, members in named_parameters() order,
@@ -268,13 +266,13 @@ static LogicalResult verifyParamGroups(ModelOp model,
     SmallVector<ParamGroupOp> &actual = entry.getValue();
     if (actual.size() != expected.size())
       return actual.front().emitOpError()
-             << "unit \"" << entry.getKey() << "\" has " << actual.size()
+             << "unit \"" << printable(entry.getKey()) << "\" has " << actual.size()
              << " parameter groups but its parameters form " << expected.size()
              << " (one per dtype and requires_grad)";
     for (auto [group, want] : llvm::zip(actual, expected)) {
       if (group.getDtype() != want.dtype || group.getRequiresGrad() != want.requiresGrad)
         return group.emitOpError()
-               << "groups of unit \"" << entry.getKey()
+               << "groups of unit \"" << printable(entry.getKey())
                << "\" must follow the first occurrence of each (dtype, requires_grad); expected "
                << want.dtype << (want.requiresGrad ? "" : " frozen") << " here";
       auto members = llvm::to_vector(group.getBody().getOps<MemberOp>());
@@ -290,8 +288,8 @@ static LogicalResult verifyParamGroups(ModelOp model,
           for (const std::string &fqn : want.members[i].fqns)
             wanted += (wanted.empty() ? "" : ", ") + fqn;
           return members[i].emitOpError()
-                 << "member " << i << " of group @" << group.getSymName()
-                 << " must be [" << wanted
+                 << "member " << i << " of group @" << printable(group.getSymName()) << " must be ["
+                 << printable(wanted)
                  << "]: members follow named_parameters() order and only tied "
                     "parameters share a member";
         }
@@ -329,9 +327,8 @@ LogicalResult ModelOp::verifyRegions() {
           if (FullyShardAttr unit = module.getFullyShardAttr();
               unit && unit.getPlacements().size() != meshRank)
             return module.emitOpError()
-                   << "fully_shard has " << unit.getPlacements().size()
-                   << " placements but mesh @" << mesh.getSymName() << " has "
-                   << meshRank << " axes";
+                   << "fully_shard has " << unit.getPlacements().size() << " placements but mesh @"
+                   << printable(mesh.getSymName()) << " has " << meshRank << " axes";
         } else if (auto param = dyn_cast<ParamOp>(op)) {
           paramsByFQN[param.getFQN()] = param;
           params.push_back(param);
@@ -346,37 +343,32 @@ LogicalResult ModelOp::verifyRegions() {
     if (std::optional<StringRef> tiedTo = param.getTiedTo()) {
       auto it = paramsByFQN.find(*tiedTo);
       if (it == paramsByFQN.end())
-        return param.emitOpError()
-               << "is tied to unknown parameter '" << *tiedTo << "'";
+        return param.emitOpError() << "is tied to unknown parameter '" << printable(*tiedTo) << "'";
       ParamOp target = it->second;
       if (target == param)
         return param.emitOpError() << "is tied to itself";
       if (target.getTiedTo())
         return param.emitOpError()
-               << "is tied to '" << *tiedTo << "', which is itself tied to '"
-               << *target.getTiedTo() << "'; tie to the storage owner instead";
+               << "is tied to '" << printable(*tiedTo) << "', which is itself tied to '"
+               << printable(*target.getTiedTo()) << "'; tie to the storage owner instead";
       if (target.getTensorType() != param.getTensorType())
         return param.emitOpError()
-               << "is tied to '" << *tiedTo << "' of type "
-               << target.getTensorType() << " but has type "
-               << param.getTensorType();
+               << "is tied to '" << printable(*tiedTo) << "' of type " << target.getTensorType()
+               << " but has type " << param.getTensorType();
       if (target.getFrozen() != param.getFrozen())
         return param.emitOpError()
-               << "is tied to '" << *tiedTo
-               << "' but differs from it in requires_grad";
+               << "is tied to '" << printable(*tiedTo) << "' but differs from it in requires_grad";
       auto targetOwner =
           cast<NNModuleOp>(target->getParentOp()).getOwningUnit();
       if (owner != targetOwner)
-        return param.emitOpError()
-               << "is tied to '" << *tiedTo
-               << "', which belongs to another fully_shard unit; tied "
-                  "parameters share one buffer entry and must have the "
-                  "same owner";
+        return param.emitOpError() << "is tied to '" << printable(*tiedTo)
+                                   << "', which belongs to another fully_shard unit; tied "
+                                      "parameters share one buffer entry and must have the "
+                                      "same owner";
     }
     if (param.getRequiresGrad() && !owner)
-      return param.emitOpError()
-             << "'" << param.getFQN()
-             << "' is trainable but no enclosing module is a fully_shard unit";
+      return param.emitOpError() << "'" << printable(param.getFQN())
+                                 << "' is trainable but no enclosing module is a fully_shard unit";
   }
   return verifyParamGroups(*this, paramsByFQN, params);
 }
@@ -391,17 +383,16 @@ LogicalResult MemberOp::verify() {
   llvm::StringSet<> seen;
   for (Attribute fqn : getFqns())
     if (!seen.insert(cast<StringAttr>(fqn).getValue()).second)
-      return emitOpError() << "lists FQN '" << cast<StringAttr>(fqn).getValue()
+      return emitOpError() << "lists FQN '" << printable(cast<StringAttr>(fqn).getValue())
                            << "' twice";
   RankedTensorType type = getTensorType();
   if (type.getRank() == 0 || !type.hasStaticShape() ||
       llvm::any_of(type.getShape(), [](int64_t size) { return size <= 0; }))
-    return emitOpError() << "member '" << getFQN()
-                         << "' needs a static shape of positive dimensions, got "
-                         << type;
+    return emitOpError() << "member '" << printable(getFQN())
+                         << "' needs a static shape of positive dimensions, got " << type;
   if (std::optional<int64_t> offset = getOffset(); offset && *offset < 0)
-    return emitOpError() << "member '" << getFQN()
-                         << "' has negative offset " << *offset;
+    return emitOpError() << "member '" << printable(getFQN()) << "' has negative offset "
+                         << *offset;
   if (std::optional<ArrayRef<int64_t>> values = getPieces();
       values && values->size() % 4 != 0)
     return emitOpError() << "pieces must hold four numbers each (shard, row "
@@ -432,7 +423,7 @@ static std::string nameTensors(std::string message,
     if (end > digits &&
         !StringRef(message).slice(digits, end).getAsInteger(10, index) &&
         index < members.size())
-      out += ("member '" + members[index].getFQN() + "'").str();
+      out += "member '" + printable(members[index].getFQN()) + "'";
     else
       out += message.substr(found, end - found);
     pos = end;
@@ -448,16 +439,16 @@ LogicalResult ParamGroupOp::verifyRegions() {
   std::vector<int64_t> meshSizes = getLayoutMeshSizes(mesh);
   std::vector<layout::Placement> placements = getLayoutPlacements(getPolicy());
   if (Status status = layout::checkPlacements(meshSizes, placements); !status)
-    return emitOpError() << "policy does not fit mesh @" << mesh.getSymName()
-                         << ": " << status.error();
+    return emitOpError() << "policy does not fit mesh @" << printable(mesh.getSymName()) << ": "
+                         << status.error();
 
   SmallVector<MemberOp> members = llvm::to_vector(getBody().getOps<MemberOp>());
   for (MemberOp member : members)
     if (member.getTensorType().getElementType() != getDtype())
-      return member.emitOpError()
-             << "member '" << member.getFQN() << "' has element type "
-             << member.getTensorType().getElementType() << " but group @"
-             << getSymName() << " holds " << getDtype();
+      return member.emitOpError() << "member '" << printable(member.getFQN())
+                                  << "' has element type "
+                                  << member.getTensorType().getElementType() << " but group @"
+                                  << printable(getSymName()) << " holds " << getDtype();
 
   // Packing: chunk, size and every member's offset come together.
   bool packed = getChunk() && getSize();
@@ -465,10 +456,9 @@ LogicalResult ParamGroupOp::verifyRegions() {
     return emitOpError() << "chunk and size must be given together";
   for (MemberOp member : members)
     if (member.getOffset().has_value() != packed)
-      return member.emitOpError()
-             << "member '" << member.getFQN() << "' "
-             << (packed ? "has no offset in a packed group"
-                        : "has an offset but its group is not packed");
+      return member.emitOpError() << "member '" << printable(member.getFQN()) << "' "
+                                  << (packed ? "has no offset in a packed group"
+                                             : "has an offset but its group is not packed");
   bool assigned = getShardSize() || getRanks();
   if (assigned && !packed)
     return emitOpError() << "rank ranges need a packed group (chunk, size)";
@@ -499,11 +489,10 @@ LogicalResult ParamGroupOp::verifyRegions() {
                          << expected->size;
   for (auto [index, member] : llvm::enumerate(members))
     if (expected->offsets[index] != layout.offsets[index])
-      return member.emitOpError()
-             << "member '" << member.getFQN() << "' at offset "
-             << layout.offsets[index]
-             << " differs from Megatron-FSDP's packing, which puts it at "
-             << expected->offsets[index];
+      return member.emitOpError() << "member '" << printable(member.getFQN()) << "' at offset "
+                                  << layout.offsets[index]
+                                  << " differs from Megatron-FSDP's packing, which puts it at "
+                                  << expected->offsets[index];
 
   if (!assigned)
     return success();
@@ -519,9 +508,8 @@ LogicalResult ParamGroupOp::verifyRegions() {
   ArrayRef<int64_t> ranks = *getRanks();
   int64_t numRanks = layout::meshSize(meshSizes);
   if (static_cast<int64_t>(ranks.size()) != numRanks)
-    return emitOpError() << "ranks lists " << ranks.size()
-                         << " ranges but mesh @" << mesh.getSymName()
-                         << " has " << numRanks << " ranks";
+    return emitOpError() << "ranks lists " << ranks.size() << " ranges but mesh @"
+                         << printable(mesh.getSymName()) << " has " << numRanks << " ranks";
   std::vector<int64_t> shardOfRank = layout::shardIndices(meshSizes, placements);
   for (int64_t rank = 0; rank < numRanks; ++rank) {
     int64_t expectedBegin = shardOfRank[rank] * shardSize;
@@ -535,7 +523,7 @@ LogicalResult ParamGroupOp::verifyRegions() {
   // each piece inside its shard and where the member's offset puts it.
   for (MemberOp member : members) {
     if (!member.getPieces())
-      return member.emitOpError() << "member '" << member.getFQN()
+      return member.emitOpError() << "member '" << printable(member.getFQN())
                                   << "' has no pieces in an assigned group";
     ArrayRef<int64_t> shape = member.getTensorType().getShape();
     int64_t rowSize = layout::rowSize(layout::Shape(shape.begin(), shape.end()));
@@ -544,9 +532,8 @@ LogicalResult ParamGroupOp::verifyRegions() {
     for (MemberOp::Piece piece : member.getPieceList()) {
       auto fail = [&]() {
         return member.emitOpError()
-               << "member '" << member.getFQN() << "' piece " << piece.shard
-               << ": [" << piece.rowBegin << ", " << piece.rowEnd << ") at "
-               << piece.localOffset << " ";
+               << "member '" << printable(member.getFQN()) << "' piece " << piece.shard << ": ["
+               << piece.rowBegin << ", " << piece.rowEnd << ") at " << piece.localOffset << " ";
       };
       if (piece.shard <= lastShard || piece.shard >= numShards)
         return fail() << "names shard " << piece.shard
@@ -574,9 +561,9 @@ LogicalResult ParamGroupOp::verifyRegions() {
       lastShard = piece.shard;
     }
     if (nextRow != shape[0])
-      return member.emitOpError()
-             << "member '" << member.getFQN() << "' pieces leave rows ["
-             << nextRow << ", " << shape[0] << ") uncovered";
+      return member.emitOpError() << "member '" << printable(member.getFQN())
+                                  << "' pieces leave rows [" << nextRow << ", " << shape[0]
+                                  << ") uncovered";
   }
 
   // Buffers: each role once; main_weight always; model_weight in the
