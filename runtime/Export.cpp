@@ -337,7 +337,9 @@ Result<ExportResult> exportSafetensors(const std::string &dir, const std::string
                                 (targetExists ? "nothing replaced" : "nothing written") + ": " +
                                 wrote.error());
   }
-  if (Status status = commitStaged(storage, staging, target, *existing); !status)
+  if (Status status =
+          commitStaged(storage, staging, target, ReplaceTarget::Export, options.overwrite);
+      !status)
     return status.failure();
   result.bytesReadStorage = (*reader)->bytesRead();
   result.seconds =

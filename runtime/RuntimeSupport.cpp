@@ -164,7 +164,11 @@ Result<ExistingTarget> checkReplaceable(Storage &storage, const std::string &tar
 }
 
 Status commitStaged(Storage &storage, const std::string &staging, const std::string &target,
-                    const ExistingTarget &existing) {
+                    ReplaceTarget what, bool overwrite) {
+  Result<ExistingTarget> found = checkReplaceable(storage, target, what, overwrite);
+  if (!found)
+    return found.failure();
+  const ExistingTarget &existing = *found;
   if (existing.exists) {
     for (const std::string &name : existing.carried)
       if (Status status = storage.link(target + "/" + name, staging + "/" + name); !status)

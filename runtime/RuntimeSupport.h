@@ -65,10 +65,12 @@ struct ExistingTarget {
 /// is something an overwrite must not replace (or `overwrite` is false).
 Result<ExistingTarget> checkReplaceable(Storage &storage, const std::string &target,
                                         ReplaceTarget what, bool overwrite);
-/// Puts the staged directory at `target`, replacing what checkReplaceable
-/// found there (its mode kept), then syncs the parent.
+/// Puts the staged directory at `target`, then syncs the parent. What stands
+/// at `target` is checked again first (anything may have appeared since the
+/// save began): only what checkReplaceable accepts is replaced, its mode kept
+/// and its carried files linked into the new directory.
 Status commitStaged(Storage &storage, const std::string &staging, const std::string &target,
-                    const ExistingTarget &existing);
+                    ReplaceTarget what, bool overwrite);
 
 /// Which directory a path names when a read starts (the path resolved), so
 /// that a failure can tell a checkpoint replaced meanwhile from a corrupt one.

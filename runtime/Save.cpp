@@ -408,7 +408,7 @@ bool patchBytesLengths(dcp::Metadata &metadata,
 /// The committing rank's part: the live items, the integrity index, the
 /// chunk index, `.metadata`, then the rename.
 Status commit(const plan::PlanFile &planFile, const std::string &staging, const std::string &target,
-              const ExistingTarget &existing, Storage &storage, const SaveOptions &options,
+              Storage &storage, const SaveOptions &options,
               std::vector<integrity::ItemChecksum> items, TransferStats &stats) {
   Result<std::string> metadata = planFile.metadataBytes();
   if (!metadata)
@@ -497,7 +497,7 @@ Status commit(const plan::PlanFile &planFile, const std::string &staging, const 
     return status;
   if (Status status = storage.syncDir(staging); !status)
     return status;
-  return commitStaged(storage, staging, target, existing);
+  return commitStaged(storage, staging, target, ReplaceTarget::Checkpoint, options.overwrite);
 }
 
 } // namespace
@@ -521,7 +521,6 @@ Result<TransferStats> saveCheckpoint(const plan::PlanFile &planFile, const plan:
   //    staging directory (removing one a crashed save left behind), marked
   //    uncommitted so that no reader takes it for a checkpoint.
   std::unique_ptr<Claim> claim;
-  ExistingTarget existing;
   Status prepared;
   if (comm.rank() == root) {
     // Its live items (every other rank's are ignored) are checked first.
@@ -536,11 +535,11 @@ Result<TransferStats> saveCheckpoint(const plan::PlanFile &planFile, const plan:
     else
       claim = claimed.take();
     if (prepared) {
+      // Checked now, so that nothing is written for a target that cannot be
+      // replaced, and again at the commit.
       Result<ExistingTarget> found =
           checkReplaceable(storage, target, ReplaceTarget::Checkpoint, options.overwrite);
-      if (found)
-        existing = *found;
-      else
+      if (!found)
         prepared = found.failure();
     }
     if (prepared)
@@ -576,7 +575,7 @@ Result<TransferStats> saveCheckpoint(const plan::PlanFile &planFile, const plan:
         return makeError("rank " + std::to_string(r) + " sent corrupt checksums: " + part.error());
       all.insert(all.end(), part->items.begin(), part->items.end());
     }
-    return commit(planFile, staging, target, existing, storage, options, std::move(all),
+    return commit(planFile, staging, target, storage, options, std::move(all),
                   stats);
   };
   Status committed = agreeThenDecide(comm, wrote, integrity::serializeIndex(mine), root, commitAll);
