@@ -18,9 +18,11 @@ from . import _core
 from ._checkpointer import Checkpointer, SaveHandle
 from ._compile import compile, find_tool
 from ._errors import Busy, CheckpointError, Corrupt, Incompatible, IOError_, NotFound
+from ._manager import CheckpointManager
 
 __all__ = [
-    "Checkpointer", "SaveHandle", "compile", "find_tool", "verify", "inspect",
+    "Checkpointer", "SaveHandle", "CheckpointManager", "compile", "find_tool", "verify",
+    "inspect",
     "export_safetensors",
     "CheckpointError", "NotFound", "Corrupt", "Incompatible", "IOError_", "Busy",
     "cuda_built", "mpi_built",

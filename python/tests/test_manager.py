@@ -1,0 +1,213 @@
+"""fm.CheckpointManager: a job's step-<N> checkpoints, the newest good one found after crashes
+(a save killed at each phase, a prune killed mid-removal), retention that never deletes a good
+newest checkpoint, async saves one at a time, and a Megatron-FSDP job resumed from latest()."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import fsdp_mlir as fm
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture
+def plan1(plans):
+    return plans("worked-example", 1)
+
+
+def _ck(plan):
+    c = fm.Checkpointer(plan)
+    c.allocate()
+    return c
+
+
+def test_steps_latest_and_retention(tmp_path, plan1):
+    ck = _ck(plan1)
+    manager = fm.CheckpointManager(tmp_path / "job", keep_latest_k=2)
+    assert manager.latest() is None and manager.steps() == []
+    for step in (1, 2, 3, 4):
+        ck.fill(step)
+        manager.save(ck, step=step)
+    assert manager.steps() == [3, 4]
+    assert manager.latest() == str(tmp_path / "job" / "step-4")
+    ck.fill(0)
+    ck.load(manager.latest())
+    ck.check(4)
+    # keep_latest_k=None keeps all; prune(keep=1) on demand.
+    everything = fm.CheckpointManager(tmp_path / "job", keep_latest_k=None)
+    ck.fill(5)
+    everything.save(ck, step=5)
+    assert everything.steps() == [3, 4, 5]
+    assert everything.prune(keep=1) == [str(tmp_path / "job" / f"step-{s}") for s in (3, 4)]
+    assert everything.steps() == [5]
+
+
+def test_damaged_and_uncommitted_are_never_chosen_nor_deleted(tmp_path, plan1):
+    ck = _ck(plan1)
+    root = tmp_path / "job"
+    manager = fm.CheckpointManager(root, keep_latest_k=1)
+    ck.fill(1)
+    manager.save(ck, step=1)
+    ck.fill(2)
+    manager.save(ck, step=2)
+    assert manager.steps() == [2]
+    # A newer checkpoint whose .metadata is damaged, a staging directory and a claimed target.
+    ck.fill(3)
+    ck.save(root / "step-3")
+    with open(root / "step-3" / ".metadata", "r+b") as f:
+        f.seek(40)
+        f.write(b"\xff\xff")
+    (root / "step-4.fsdp-staging").mkdir()
+    (root / "step-4.fsdp-staging" / ".metadata").write_bytes(b"x")
+    (root / "notes").mkdir()
+    assert manager.latest() == str(root / "step-2")
+    ck.fill(5)
+    manager.save(ck, step=5)
+    # step-2 was the newest good one before step-5; now only step-5 is kept of the good ones,
+    # the damaged step-3 and the staging directory stay as they are.
+    assert manager.steps() == [3, 5]
+    assert (root / "step-4.fsdp-staging").is_dir() and (root / "notes").is_dir()
+    assert manager.latest() == str(root / "step-5")
+
+
+def test_bad_arguments(tmp_path):
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="keep_latest_k"):
+            fm.CheckpointManager(tmp_path / "a", keep_latest_k=bad)
+    with pytest.raises(ValueError, match="policy"):
+        fm.CheckpointManager(tmp_path / "a", policy="later")
+    manager = fm.CheckpointManager(tmp_path / "a")
+    with pytest.raises(ValueError, match="step must be"):
+        manager.path(-3)
+
+
+_KILLED = textwrap.dedent("""
+    import os, signal, shutil, sys
+    import fsdp_mlir as fm
+    plan, root, phase, step = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    ck = fm.Checkpointer(plan)
+    ck.allocate()
+    ck.fill(step)
+    manager = fm.CheckpointManager(root, keep_latest_k=2)
+    kill = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)
+    if phase == "writing":
+        manager.save(ck, step=step, progress=lambda done, total: kill())
+    elif phase == "removing":
+        real = shutil.rmtree
+        def rmtree(path, *a, **k):
+            if path.endswith(".deleting") and os.path.exists(path):
+                kill()
+            return real(path, *a, **k)
+        shutil.rmtree = rmtree
+        manager.save(ck, step=step)
+    elif phase == "renaming":
+        real = os.rename
+        os.rename = lambda a, b: kill() if b.endswith(".deleting") else real(a, b)
+        manager.save(ck, step=step)
+    elif phase == "committed":
+        ck.save(manager.path(step))
+        kill()
+""")
+
+
+@pytest.mark.parametrize("phase", ["writing", "renaming", "removing", "committed"])
+def test_killed_at_every_phase_latest_is_good(tmp_path, plan1, phase):
+    """SIGKILL while the save writes, after its commit before retention, between retention's
+    rename and its removal, and while it removes: latest() is always a good checkpoint with the
+    values it was saved with, and nothing good is lost."""
+    ck = _ck(plan1)
+    root = tmp_path / "job"
+    manager = fm.CheckpointManager(root, keep_latest_k=2)
+    for step in (1, 2):
+        ck.fill(step)
+        manager.save(ck, step=step)
+    script = tmp_path / "killed.py"
+    script.write_text(_KILLED)
+    run = subprocess.run([sys.executable, str(script), str(plan1), str(root), phase, "3"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == -signal.SIGKILL, run.stderr
+    again = fm.CheckpointManager(root, keep_latest_k=2)  # removes what a killed prune left
+    latest = again.latest()
+    expected = 2 if phase == "writing" else 3
+    assert latest == str(root / f"step-{expected}")
+    ck.fill(0)
+    ck.load(latest)
+    ck.check(expected)
+    # Every checkpoint still named step-<N> is whole, and the newest two good ones are there.
+    for step in again.steps():
+        fm.verify(again.path(step))
+    assert again.steps()[-2:] == ([1, 2] if phase == "writing" else [2, 3])
+    assert not [n for n in os.listdir(root) if n.endswith(".deleting")]
+
+
+def test_async_saves_one_at_a_time(tmp_path, plan1):
+    ck = _ck(plan1)
+    manager = fm.CheckpointManager(tmp_path / "job", keep_latest_k=2, async_save=True)
+    for step in (1, 2, 3):
+        ck.fill(step)
+        handle = manager.save(ck, step=step)
+        assert handle is not None
+        ck.fill(100 + step)  # the buffers may change once save_async returns
+    manager.wait()
+    assert manager.steps() == [2, 3]
+    ck.fill(0)
+    ck.load(manager.latest())
+    ck.check(3)
+    skipping = fm.CheckpointManager(tmp_path / "skip", async_save=True, policy="skip")
+    ck.fill(7)
+    first = skipping.save(ck, step=1)
+    second = skipping.save(ck, step=2)  # skipped while the first runs, or run after it
+    skipping.wait()
+    assert first is not None
+    assert skipping.steps() == ([1] if second is None else [1, 2])
+
+
+def _megatron_job(world):
+    import megatron_cpu as mc
+    mc.install()
+    model, opt = mc.build(world, two_groups=True)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.8)
+    return mc, model, opt, sched
+
+
+def train_and_keep_worker(rank, world, port, root, out):
+    """Three steps of a Megatron-FSDP job, a checkpoint after each through the manager (keep 2):
+    every rank agrees on what is kept."""
+    mc, model, opt, sched = _megatron_job(world)
+    manager = fm.CheckpointManager(root, keep_latest_k=2)
+    for step in range(3):
+        mc.train_step(model, opt, step, world, rank, scheduler=sched)
+        manager.save_checkpoint(model, opt, step=step + 1, extra={"lr_scheduler": sched})
+    assert manager.steps() == [2, 3]
+    assert manager.latest() == os.path.join(root, "step-3")
+    snap = mc.snapshot(model, opt)
+    snap["scheduler"] = sched.state_dict()
+    torch.save(snap, f"{out}.{rank}")
+
+
+def resume_latest_worker(rank, world, port, root, out):
+    mc, model, opt, sched = _megatron_job(world)
+    manager = fm.CheckpointManager(root, keep_latest_k=2)
+    step, report = manager.load_latest(model, opt, extra={"lr_scheduler": sched})
+    assert step == 3 and report == {}
+    snap = mc.snapshot(model, opt)
+    snap["scheduler"] = sched.state_dict()
+    saved = torch.load(f"{out}.{rank}", weights_only=False)
+    diff = mc.differences(saved, snap)
+    assert not diff, diff[:5]
+
+
+def test_a_megatron_job_resumes_from_latest(tmp_path, monkeypatch):
+    pytest.importorskip("megatron_fsdp")
+    import torch_packing as tp
+    monkeypatch.setenv("FSDP_MLIR_CACHE", str(tmp_path / "plans"))
+    root, out = str(tmp_path / "job"), str(tmp_path / "snap")
+    tp.spawn(train_and_keep_worker, 2, root, out)
+    tp.spawn(resume_latest_worker, 2, root, out)
+    fresh = fm.CheckpointManager(tmp_path / "empty")
+    assert fresh.load_latest(None, None) is None
