@@ -23,10 +23,12 @@
 #include "fsdp/Runtime/CudaBackend.h"
 #include "fsdp/Runtime/Export.h"
 #include "fsdp/Runtime/Inspect.h"
+#include "fsdp/Runtime/JobRoot.h"
 
 #include <mutex>
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -1030,6 +1032,43 @@ NB_MODULE(_core, m) {
       },
       "dir"_a, "out"_a, "dtype"_a = "", "max_shard_size"_a = "5GB", "overwrite"_a = false);
 
+  m.def(
+      "list_checkpoints",
+      [](const std::string &root) {
+        std::optional<Result<std::vector<JobCheckpoint>>> listed;
+        {
+          nb::gil_scoped_release release;
+          std::unique_ptr<Storage> storage = createPosixStorage();
+          listed.emplace(listJobCheckpoints(root, *storage));
+        }
+        if (!*listed)
+          raise(listed->failure());
+        nb::list out;
+        for (const JobCheckpoint &checkpoint : **listed) {
+          nb::dict entry;
+          entry["step"] = checkpoint.step;
+          entry["path"] = checkpoint.path;
+          entry["good"] = checkpoint.good;
+          entry["problem"] = checkpoint.problem;
+          out.append(entry);
+        }
+        return out;
+      },
+      "root"_a);
+  m.def(
+      "prune_checkpoints",
+      [](const std::string &root, int64_t keep, std::optional<int64_t> writing) {
+        std::optional<Result<std::vector<std::string>>> removed;
+        {
+          nb::gil_scoped_release release;
+          std::unique_ptr<Storage> storage = createPosixStorage();
+          removed.emplace(pruneJobCheckpoints(root, keep, writing, *storage));
+        }
+        if (!*removed)
+          raise(removed->failure());
+        return **removed;
+      },
+      "root"_a, "keep"_a, "writing"_a.none() = nb::none());
   m.def(
       "inspect_json",
       [](const std::string &dir) {

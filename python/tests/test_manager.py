@@ -97,29 +97,24 @@ _KILLED = textwrap.dedent("""
     kill = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)
     if phase == "writing":
         manager.save(ck, step=step, progress=lambda done, total: kill())
-    elif phase == "removing":
-        real = shutil.rmtree
-        def rmtree(path, *a, **k):
-            if path.endswith(".deleting") and os.path.exists(path):
-                kill()
-            return real(path, *a, **k)
-        shutil.rmtree = rmtree
-        manager.save(ck, step=step)
-    elif phase == "renaming":
-        real = os.rename
-        os.rename = lambda a, b: kill() if b.endswith(".deleting") else real(a, b)
-        manager.save(ck, step=step)
+    elif phase == "pruning":
+        # The runtime's prune, killed just before its first rename away.
+        import subprocess
+        ck.save(manager.path(step))
+        subprocess.run([fm.find_tool("fsdp-ckpt"), "prune", root, "--keep", "2",
+                        "--inject-fault", "rename:1:KILL"])
+        kill()
     elif phase == "committed":
         ck.save(manager.path(step))
         kill()
 """)
 
 
-@pytest.mark.parametrize("phase", ["writing", "renaming", "removing", "committed"])
+@pytest.mark.parametrize("phase", ["writing", "committed", "pruning"])
 def test_killed_at_every_phase_latest_is_good(tmp_path, plan1, phase):
-    """SIGKILL while the save writes, after its commit before retention, between retention's
-    rename and its removal, and while it removes: latest() is always a good checkpoint with the
-    values it was saved with, and nothing good is lost."""
+    """SIGKILL while the save writes, after its commit before retention, and in retention
+    before its first removal: latest() is always a good checkpoint with the values it was saved
+    with, and nothing good is lost."""
     ck = _ck(plan1)
     root = tmp_path / "job"
     manager = fm.CheckpointManager(root, keep_latest_k=2)
@@ -143,6 +138,22 @@ def test_killed_at_every_phase_latest_is_good(tmp_path, plan1, phase):
         fm.verify(again.path(step))
     assert again.steps()[-2:] == ([1, 2] if phase == "writing" else [2, 3])
     assert not [n for n in os.listdir(root) if n.endswith(".deleting")]
+
+
+def test_a_removal_cut_short_is_finished(tmp_path, plan1):
+    """A crash inside a removal (after its rename away) leaves a part of `.step-<N>.deleting`:
+    never taken for a checkpoint, and removed by the next prune."""
+    ck = _ck(plan1)
+    root = tmp_path / "job"
+    manager = fm.CheckpointManager(root, keep_latest_k=1)
+    for step in (1, 2):
+        ck.fill(step)
+        ck.save(manager.path(step))
+    os.rename(manager.path(1), root / ".step-1.deleting")
+    os.remove(root / ".step-1.deleting" / ".metadata")
+    assert manager.steps() == [2] and manager.latest() == manager.path(2)
+    assert manager.prune() == []
+    assert sorted(os.listdir(root)) == ["step-2"]
 
 
 def test_async_saves_one_at_a_time(tmp_path, plan1):

@@ -11,6 +11,7 @@
 #include "fsdp/Runtime/CudaBackend.h"
 #include "fsdp/Runtime/Export.h"
 #include "fsdp/Runtime/Inspect.h"
+#include "fsdp/Runtime/JobRoot.h"
 #include "fsdp/Runtime/Protocol.h"
 #include "fsdp/Support/Printable.h"
 
@@ -316,6 +317,21 @@ int run(int argc, char **argv) {
                        "Tensor bytes per file at most (5GB = 5e9, 2GiB = 2^30)");
   exporter->add_flag("--overwrite", exportOverwrite, "Replace an existing output atomically");
 
+  std::string jobRoot;
+  CLI::App *lister = app.add_subcommand(
+      "list", "List a job's step-<N> checkpoints (oldest first) and whether each is good");
+  lister->add_option("root", jobRoot, "The job's checkpoint directory")->required();
+  int64_t keep = 0;
+  CLI::App *pruner = app.add_subcommand(
+      "prune", "Remove a job's good checkpoints older than the K newest good ones");
+  pruner->add_option("root", jobRoot, "The job's checkpoint directory")->required();
+  pruner->add_option("--keep", keep, "How many of the newest good checkpoints stay")
+      ->required()
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 40));
+  std::string pruneFault;
+  pruner->add_option("--inject-fault", pruneFault,
+                     "Testing: OP:N:ERRNO|KILL, e.g. rename:1:KILL (before the first removal)");
+
   app.footer(kExitCodes);
   try {
     app.parse(argc, argv);
@@ -359,6 +375,35 @@ int run(int argc, char **argv) {
                 exported->seconds,
                 exported->seconds > 0 ? exported->bytes / exported->seconds / 1e9 : 0.0,
                 gigabytes(static_cast<double>(exported->largestTensorBytes)).c_str());
+    return 0;
+  }
+  if (lister->parsed() || pruner->parsed()) {
+    Result<std::unique_ptr<Storage>> made = makeStorage(pruneFault, -1, 0);
+    if (!made)
+      return fail(nullptr, pruner->parsed() ? "prune" : "list", made.failure());
+    std::unique_ptr<Storage> storage = made.take();
+    if (pruner->parsed()) {
+      Result<std::vector<std::string>> removed =
+          pruneJobCheckpoints(jobRoot, keep, std::nullopt, *storage);
+      if (!removed)
+        return fail(nullptr, "prune", removed.failure());
+      for (const std::string &path : *removed)
+        std::cout << "removed " << printable(path) << "\n";
+      std::cout << "pruned " << printable(jobRoot) << ": " << removed->size() << " removed\n";
+      return 0;
+    }
+    Result<std::vector<JobCheckpoint>> listed = listJobCheckpoints(jobRoot, *storage);
+    if (!listed)
+      return fail(nullptr, "list", listed.failure());
+    const JobCheckpoint *latest = nullptr;
+    for (const JobCheckpoint &checkpoint : *listed) {
+      if (checkpoint.good)
+        latest = &checkpoint;
+      std::cout << "step " << checkpoint.step << "  " << printable(checkpoint.path) << "  "
+                << (checkpoint.good ? "good" : "damaged: " + printable(checkpoint.problem))
+                << "\n";
+    }
+    std::cout << "latest: " << (latest ? printable(latest->path) : std::string("none")) << "\n";
     return 0;
   }
   if (verify->parsed()) {

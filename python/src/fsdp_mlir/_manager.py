@@ -1,24 +1,23 @@
 """CheckpointManager: one directory per job, a `step-<N>` checkpoint per save, the newest good
 one found again after a crash, the last k kept.
 
-Only committed checkpoints count: a save stages into `step-<N>.fsdp-staging` and appears as
-`step-<N>` whole at its commit, so a directory named `step-<N>` is a commit, and picking one
-still opens its `.metadata` against the integrity index (a damaged one is passed over, never
-chosen and never deleted). Retention removes committed checkpoints older than the k newest good
-ones: renamed away first (`.step-<N>.deleting`), then removed, so a crash mid-removal leaves
-nothing that looks like a checkpoint. With several ranks the committing rank looks and decides,
-and every rank gets its answer (torch.distributed when it is initialised).
+What counts as a good checkpoint and what retention removes is the runtime's rule
+(include/fsdp/Runtime/JobRoot.h, also `fsdp-ckpt list` / `prune`): a `step-<N>` directory is a
+commit, good when its `.metadata` matches its integrity index; retention renames away, then
+removes, committed good checkpoints older than the k newest good ones. With several ranks the
+committing rank looks and decides, and every rank gets its answer (torch.distributed when it is
+initialised).
 """
 
 from __future__ import annotations
 
 import os
 import re
-import shutil
 from typing import Any, Callable, List, Optional
 
+from . import _core
+
 _STEP = re.compile(r"step-(\d{1,18})")
-_DELETING = ".deleting"
 
 
 def _dist():
@@ -55,32 +54,28 @@ class CheckpointManager:
         self._pending = None  # (handle, step) of the save in flight
         if self._is_decider():
             os.makedirs(self.root, exist_ok=True)
-            self._remove_leftovers()
         self._barrier()
 
     # -- where checkpoints are ------------------------------------------------
     def path(self, step: int) -> str:
         return os.path.join(self.root, f"step-{_step(step)}")
 
+    def checkpoints(self) -> List[dict]:
+        """Every committed checkpoint under root, oldest first: {"step", "path", "good",
+        "problem"}."""
+        return _core.list_checkpoints(self.root)
+
     def steps(self) -> List[int]:
-        """The steps of every committed checkpoint under root, oldest first (good or not:
-        `latest` checks)."""
-        out = []
-        for name in os.listdir(self.root):
-            match = _STEP.fullmatch(name)
-            if match and os.path.isdir(os.path.join(self.root, name)):
-                out.append(int(match.group(1)))
-        return sorted(out)
+        """The steps of every committed checkpoint under root, oldest first (good or not)."""
+        return [c["step"] for c in self.checkpoints()]
 
     def latest(self) -> Optional[str]:
         """The newest good committed checkpoint's path, or None. Decided by the committing
         rank; every rank gets its answer."""
         found = None
         if self._is_decider():
-            for step in reversed(self.steps()):
-                if _good(self.path(step)):
-                    found = self.path(step)
-                    break
+            good = [c["path"] for c in self.checkpoints() if c["good"]]
+            found = good[-1] if good else None
         return self._agree(found)
 
     # -- saving ---------------------------------------------------------------
@@ -123,15 +118,8 @@ class CheckpointManager:
         keep = self.keep_latest_k if keep is None else keep
         removed: List[str] = []
         if keep is not None and self._is_decider():
-            steps = self.steps()
             writing = self._pending[1] if self._pending is not None else None
-            good = [s for s in steps if s != writing and _good(self.path(s))]
-            kept = set(good[-keep:])
-            oldest_kept = min(kept) if kept else None
-            for step in good:
-                if step in kept or oldest_kept is None or step > oldest_kept:
-                    continue
-                removed.append(self._remove(step))
+            removed = _core.prune_checkpoints(self.root, int(keep), writing)
         self._barrier()
         return removed
 
@@ -150,20 +138,6 @@ class CheckpointManager:
             return result
         self.prune()
         return result
-
-    def _remove(self, step: int) -> str:
-        path = self.path(step)
-        # Renamed away first: a crash during the removal leaves no step-<N> half gone.
-        away = os.path.join(self.root, f".step-{step}{_DELETING}")
-        shutil.rmtree(away, ignore_errors=True)
-        os.rename(path, away)
-        shutil.rmtree(away)
-        return path
-
-    def _remove_leftovers(self):
-        for name in os.listdir(self.root):
-            if name.startswith(".step-") and name.endswith(_DELETING):
-                shutil.rmtree(os.path.join(self.root, name), ignore_errors=True)
 
     def _is_decider(self) -> bool:
         dist = _dist()
@@ -188,13 +162,3 @@ def _step(step) -> int:
         raise ValueError(f"step must be a non-negative integer, not {step!r}")
     return step
 
-
-def _good(path: str) -> bool:
-    """A committed checkpoint whose .metadata opens and matches its integrity index."""
-    from . import inspect
-    from ._errors import CheckpointError
-    try:
-        inspect(path)
-        return True
-    except (CheckpointError, OSError, ValueError):
-        return False
