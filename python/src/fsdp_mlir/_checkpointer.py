@@ -237,6 +237,7 @@ class Checkpointer:
             if why:
                 raise ValueError(f"{what}: the tensor bound as group {group} {role} {why} since "
                                  "bind: bind it again")
+
     def tensor(self, group, role):
         """A torch tensor over one buffer (1-D, no copy); it keeps the
         memory alive."""
@@ -315,8 +316,8 @@ class Checkpointer:
         bar = _Progress(progress, "save")
         try:
             handle = self._core.save_async(os.fspath(dir), bool(overwrite), float(step),
-                                           _threads(threads), bool(buffered_io), bar.callback, live,
-                                           bool(replace_planned_bytes))
+                                           _threads(threads), bool(buffered_io), bar.callback,
+                                           live, bool(replace_planned_bytes))
         except BaseException:
             bar.close()
             raise
