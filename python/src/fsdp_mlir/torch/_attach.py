@@ -253,6 +253,11 @@ def resolve(model, att: _Attachment, what: str) -> None:
         ck.bind(b["group"], b["role"], t)
 
 
+def _member_view(buf: torch.Tensor, m) -> torch.Tensor:
+    """A member's rows in this rank's shard of a packed buffer, in its local shape."""
+    return buf[m.local_offset: m.local_offset + m.rows * m.row_size].view(m.local_shape)
+
+
 def _optimizer_state(att: _Attachment, found) -> None:
     """The optimizer's state tensors as views of packed buffers of the plan's layout: where they
     already are (the framework's or ours), else moved into buffers of ours; missing Adam state
@@ -263,15 +268,12 @@ def _optimizer_state(att: _Attachment, found) -> None:
     roles = _optim.state_roles(opt)
     roles_of = {g.index: [r for r in roles if r in g.roles] for g in att.groups}
 
-    def view_of(g, m, buf, like):
-        view = buf[m.local_offset: m.local_offset + m.rows * m.row_size].view(m.local_shape)
-        return _rewrap(like, view)
-
     def views(p, role):
         g, m = att.member_of(p)
         if g is None or role not in roles_of[g.index]:
             return None
-        return view_of(g, m, _own(att, g, role, found[(g.index, "main_weight")].device), p)
+        return _rewrap(p, _member_view(_own(att, g, role, found[(g.index, "main_weight")].device),
+                                       m))
 
     _optim.create_missing_state(opt, att.trainable_params(), views)
     for g in att.groups:
@@ -294,13 +296,13 @@ def _optimizer_state(att: _Attachment, found) -> None:
                 if buf is None:
                     buf = _own(att, g, role, main.device)
                 for m, old in held:
-                    view = view_of(g, m, buf, old)
+                    view = _rewrap(old, _member_view(buf, m))
                     if m.rows > 0 and _local(old).data_ptr() != _local(view).data_ptr():
                         _local(view).copy_(_local(old).reshape(m.local_shape))
                     opt.state[att.params[m.fqn]][role] = view
                 for m in missing:
                     if m.rows > 0:
-                        buf[m.local_offset: m.local_offset + m.rows * m.row_size].zero_()
+                        _member_view(buf, m).zero_()
             found[(g.index, role)] = buf
 
 
@@ -320,6 +322,4 @@ def give_loaded_state(att: _Attachment) -> None:
                     continue
                 st = opt.state[p]
                 if st.get(role) is None:
-                    view = buf[m.local_offset: m.local_offset + m.rows * m.row_size].view(
-                        m.local_shape)
-                    st[role] = _rewrap(p, view)
+                    st[role] = _rewrap(p, _member_view(buf, m))
