@@ -64,11 +64,6 @@ Result<uint64_t> hashRange(const zip::ByteSource &source, uint64_t offset, uint6
 
 } // namespace
 
-bool isPlainFileName(const std::string &name) {
-  return !name.empty() && name != "." && name != ".." && name.size() <= 255 &&
-         name.find('/') == std::string::npos && name.find('\0') == std::string::npos;
-}
-
 std::string CheckpointReader::pathOf(const std::string &name) const {
   return printable(dir_ + "/" + name);
 }

@@ -266,6 +266,20 @@ Result<LoadResult> Checkpointer::load(const std::string &dir, LoadOptions option
   return loadCheckpoint(plan_, **held, dir, *comm_, *storage_, options);
 }
 
+Result<LoadResult> Checkpointer::loadHuggingFace(const std::string &dir, HfLoadOptions options) {
+  waitForPendingSave();
+  options.root = root();
+  Result<RankBuffers *> held = buffers();
+  if (!held) {
+    if (Status agreed = agree(*comm_, held.failure(), root()); !agreed)
+      return agreed.failure();
+    return held.failure();
+  }
+  if (!options.plannedKeys)
+    options.plannedKeys = [this] { return plannedKeys(); };
+  return runtime::loadHuggingFace(plan_, **held, dir, *comm_, *storage_, options);
+}
+
 Result<const std::vector<std::string> *> Checkpointer::plannedKeys() {
   if (plannedKeys_)
     return &*plannedKeys_;
@@ -319,10 +333,10 @@ Status Checkpointer::refreshModelWeights(int32_t group) {
   return runtime::refreshModelWeights(plan_, **held, group);
 }
 
-Status Checkpointer::check(uint32_t seed) {
+Status Checkpointer::check(uint32_t seed, const KeySelection &keys) {
   waitForPendingSave();
   Result<RankBuffers *> held = buffers();
-  Status checked = held ? checkAgainstSeed(plan_, **held, seed) : Status(held.failure());
+  Status checked = held ? checkAgainstSeed(plan_, **held, seed, keys) : Status(held.failure());
   return agree(*comm_, checked, root());
 }
 

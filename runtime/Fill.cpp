@@ -20,10 +20,10 @@ struct Piece {
 /// view, data)` on its own memory instead: no copy at all.
 template <typename Visit, typename OnDevice>
 Status forEachPiece(const plan::RankPlan &plan, const RankBuffers &buffers, bool writes,
-                    Visit visit, OnDevice onDevice) {
+                    Visit visit, OnDevice onDevice, const KeySelection &keys = {}) {
   std::string staging;
   for (const plan::ReadItem &read : plan.reads) {
-    if (read.source != plan::ItemSource::Buffer)
+    if (read.source != plan::ItemSource::Buffer || !keys.selects(read.key))
       continue;
     Result<BufferView> view = buffers.get(read.buffer.group, read.buffer.role);
     if (!view)
@@ -96,7 +96,8 @@ Status fillFromSeed(const plan::RankPlan &plan, RankBuffers &buffers, uint32_t s
   return refreshModelWeights(plan, buffers);
 }
 
-Status checkAgainstSeed(const plan::RankPlan &plan, const RankBuffers &buffers, uint32_t seed) {
+Status checkAgainstSeed(const plan::RankPlan &plan, const RankBuffers &buffers, uint32_t seed,
+                        const KeySelection &keys) {
   return forEachPiece(
       plan, buffers, /*writes=*/false,
       [&](const Piece &piece, char *data) -> Status {
@@ -112,7 +113,8 @@ Status checkAgainstSeed(const plan::RankPlan &plan, const RankBuffers &buffers, 
             !s)
           return checkFailed(piece.read, s);
         return Status::success();
-      });
+      },
+      keys);
 }
 
 } // namespace runtime

@@ -127,11 +127,47 @@ Result<std::vector<std::string>> decodeKeys(const std::string &bytes) {
   return keys;
 }
 
+/// True when prefix `prefix` holds `key`: the key itself, or one below it.
+bool holds(const std::string &prefix, const std::string &key) {
+  if (key.compare(0, prefix.size(), prefix) != 0)
+    return false;
+  return key.size() == prefix.size() || prefix.empty() || prefix.back() == '.' ||
+         key[prefix.size()] == '.';
+}
+
 } // namespace
+
+bool KeySelection::selects(const std::string &key) const {
+  auto held = [&](const std::string &prefix) { return holds(prefix, key); };
+  return (only.empty() || std::any_of(only.begin(), only.end(), held)) &&
+         std::none_of(exclude.begin(), exclude.end(), held);
+}
 
 Result<LoadResult> loadCheckpoint(const plan::RankPlan &plan, RankBuffers &buffers,
                                   const std::string &dir, Communicator &comm, Storage &storage,
                                   const LoadOptions &options) {
+  if (!options.keys.all()) {
+    // The plan's reads of the keys selected, the same buffers.
+    plan::RankPlan selected;
+    selected.rank = plan.rank;
+    selected.coords = plan.coords;
+    selected.buffers = plan.buffers;
+    for (const plan::ReadItem &read : plan.reads)
+      if (options.keys.selects(read.key))
+        selected.reads.push_back(read);
+    LoadOptions all = options;
+    all.keys = {};
+    Result<LoadResult> loaded = loadCheckpoint(selected, buffers, dir, comm, storage, all);
+    if (!loaded)
+      return loaded;
+    auto keepSelected = [&](auto &items) {
+      for (auto at = items.begin(); at != items.end();)
+        at = options.keys.selects(at->first) ? std::next(at) : items.erase(at);
+    };
+    keepSelected(loaded->bytesItems);
+    keepSelected(loaded->tensorItems);
+    return loaded;
+  }
   auto start = std::chrono::steady_clock::now();
   LoadResult result;
   ReaderOptions readerOptions;

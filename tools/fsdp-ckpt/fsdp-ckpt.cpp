@@ -241,10 +241,30 @@ int run(int argc, char **argv) {
       "Testing: OP:N:ERRNO|KILL|PAUSE, e.g. write:3:EIO, sync:2:KILL or write:1:PAUSE");
   save->add_option("--inject-fault-rank", faultRank, "Testing: the one rank to inject into");
 
+  std::string hfDir;
+  std::vector<std::string> keyMap;
+  KeySelection keys;
+  const char *hfHelp = "A Hugging Face model directory (model.safetensors, or the shards "
+                       "model.safetensors.index.json names): its weights, optimizer state zeroed, "
+                       "step 0";
+  const char *keyMapHelp = "With --from-hf: OLD=NEW renames a file's tensors whose names start "
+                           "with OLD (model.= drops a model. prefix); the first rule that "
+                           "matches wins";
   CLI::App *load = app.add_subcommand("load", "Load a checkpoint into the plan's layout");
   load->add_option("--plan", planPath, "Plan file (or directory of per-rank plans)")->required();
-  load->add_option("--dir", dir, "Checkpoint directory")->required();
-  load->add_option("--check", seed, "Exit 0 only if every loaded element equals SEED's value")
+  CLI::Option *loadDir = load->add_option("--dir", dir, "Checkpoint directory");
+  CLI::Option *loadHf = load->add_option("--from-hf", hfDir, hfHelp)->excludes(loadDir);
+  load->add_option("--key-map", keyMap, keyMapHelp)->needs(loadHf);
+  load->add_option("--only", keys.only,
+                   "Load only keys under this prefix (repeatable): model. loads the weights "
+                   "alone")
+      ->excludes(loadHf);
+  load->add_option("--exclude", keys.exclude,
+                   "Leave keys under this prefix as they are (repeatable): optimizer")
+      ->excludes(loadHf);
+  load->add_option("--check", seed,
+                   "Exit 0 only if every loaded element equals SEED's value (with --from-hf: "
+                   "the model's)")
       ->check(seedCheck);
   load->add_flag("--no-sync-model-weights", noSync, "Do not refresh model_weight from main_weight");
   load->add_option("--stats-json", statsPath, statsHelp);
@@ -252,8 +272,10 @@ int run(int argc, char **argv) {
   CLI::App *reshard = app.add_subcommand(
       "reshard", "Load any DCP checkpoint into the plan's layout and save it in ours");
   reshard->add_option("--plan", planPath, "Plan file (or directory of per-rank plans)")->required();
-  reshard->add_option("--from", fromDir, "Source checkpoint (ours, PyTorch's, Megatron-FSDP's)")
-      ->required();
+  CLI::Option *reshardFrom =
+      reshard->add_option("--from", fromDir, "Source checkpoint (ours, PyTorch's, Megatron-FSDP's)");
+  CLI::Option *reshardHf = reshard->add_option("--from-hf", hfDir, hfHelp)->excludes(reshardFrom);
+  reshard->add_option("--key-map", keyMap, keyMapHelp)->needs(reshardHf);
   reshard->add_option("--to", dir, "Destination directory")->required();
   reshard->add_flag("--overwrite", overwrite, "Replace an existing destination atomically");
   reshard->add_option("--stats-json", statsPath, statsHelp);
@@ -342,6 +364,23 @@ int run(int argc, char **argv) {
   } catch (const CLI::ParseError &error) {
     app.exit(error); // prints the problem and the usage hint
     return errorKindExitCode(ErrorKind::InvalidArgument);
+  }
+  // Where a load or reshard reads from: exactly one source.
+  if ((load->parsed() && dir.empty() && hfDir.empty()) ||
+      (reshard->parsed() && fromDir.empty() && hfDir.empty())) {
+    std::cerr << "fsdp-ckpt " << (load->parsed() ? "load: --dir" : "reshard: --from")
+              << " or --from-hf is required\n";
+    return errorKindExitCode(ErrorKind::InvalidArgument);
+  }
+  HfLoadOptions hfOptions;
+  for (const std::string &rule : keyMap) {
+    size_t equals = rule.find('=');
+    if (equals == std::string::npos || equals == 0) {
+      std::cerr << "fsdp-ckpt: --key-map " << printable(rule)
+                << ": expected OLD=NEW with a non-empty OLD\n";
+      return errorKindExitCode(ErrorKind::InvalidArgument);
+    }
+    hfOptions.keyMap.prefixes.emplace_back(rule.substr(0, equals), rule.substr(equals + 1));
   }
 
   if (inspect->parsed()) {
@@ -491,22 +530,42 @@ int run(int argc, char **argv) {
   loadOptions.stagingBytes = (stagingMb << 20) / (threads ? threads : defaultThreads());
   loadOptions.syncModelWeights = !noSync && !reshard->parsed();
   loadOptions.readTensorItems = false; // nothing here uses them
+  loadOptions.keys = keys;
   loadOptions.progress = progressPrinter(load->parsed() ? "load" : "reshard", speaks);
   if (speaks)
     loadOptions.notice = [command](const std::string &text) {
       writeErrorLine("fsdp-ckpt " + std::string(command) + ": note: " + printable(text) + "\n");
     };
-  Result<LoadResult> loaded = checkpointer.load(load->parsed() ? dir : fromDir, loadOptions);
+  bool fromHf = !hfDir.empty();
+  std::string source = fromHf ? hfDir : load->parsed() ? dir : fromDir;
+  Result<LoadResult> loaded = makeError("no load ran", ErrorKind::Internal);
+  if (fromHf) {
+    hfOptions.threads = loadOptions.threads;
+    hfOptions.stagingBytes = loadOptions.stagingBytes;
+    hfOptions.syncModelWeights = loadOptions.syncModelWeights;
+    hfOptions.progress = loadOptions.progress;
+    hfOptions.notice = loadOptions.notice;
+    loaded = checkpointer.loadHuggingFace(source, hfOptions);
+  } else {
+    loaded = checkpointer.load(source, loadOptions);
+  }
   if (!loaded)
     return fail(&checkpointer, command, loaded.failure());
 
   if (load->parsed()) {
+    // A Hugging Face model holds the weights alone (the optimizer state is zeroed).
+    KeySelection checked = keys;
+    if (fromHf)
+      checked.only = {"model"};
     if (seed >= 0)
-      if (Status checked = checkpointer.check(static_cast<uint32_t>(seed)); !checked)
-        return fail(&checkpointer, command, propagate(checked, "check failed: " + checked.error()));
+      if (Status status = checkpointer.check(static_cast<uint32_t>(seed), checked); !status)
+        return fail(&checkpointer, command, propagate(status, "check failed: " + status.error()));
     // A load's statistics are rank 0's to report.
-    if (Status status = reportStats(checkpointer, loaded->stats, 0, "load", "loaded " + dir, "into",
-                                    statsPath, seed >= 0 ? ", every element checked" : "");
+    std::string checkedText = seed < 0           ? ""
+                              : checked.all()    ? ", every element checked"
+                                                 : ", every element loaded checked";
+    if (Status status = reportStats(checkpointer, loaded->stats, 0, "load", "loaded " + source,
+                                    "into", statsPath, checkedText.c_str());
         !status)
       return failHere(rank, size, command, status.failure());
     return 0;
@@ -518,9 +577,10 @@ int run(int argc, char **argv) {
   options.step = loaded->step.value_or(1.0f);
   options.bytesItems = loaded->bytesItems;
   options.progress = progressPrinter("reshard", speaks);
-  // Every source tensor must be one the plan names, unless told otherwise.
+  // Every source tensor must be one the plan names, unless told otherwise
+  // (a Hugging Face model's others were noted: buffers, say).
   Status extras = Status::success();
-  if (!allowExtra && speaks)
+  if (!allowExtra && speaks && !fromHf)
     extras = checkNoExtraTensors(checkpointer.planFile(), fromDir, checkpointer.storage());
   if (Status agreed = agree(checkpointer.comm(), extras, checkpointer.root()); !agreed)
     return fail(&checkpointer, command, agreed.failure());
@@ -533,7 +593,7 @@ int run(int argc, char **argv) {
   both.stallSeconds += loaded->stats.stallSeconds;
   both.bytesReadStorage += loaded->stats.bytesReadStorage;
   if (Status status = reportStats(checkpointer, both, checkpointer.root(), "reshard",
-                                  "resharded " + fromDir + " into " + dir, "for", statsPath);
+                                  "resharded " + source + " into " + dir, "for", statsPath);
       !status)
     return failHere(rank, size, command, status.failure());
   return 0;

@@ -8,9 +8,14 @@
 // bytes back to back, in the order of their offsets, with no gaps and no
 // overlaps (C order, little-endian). Readers refuse headers over 100 MB.
 //
-// Only the layout lives here: callers write the header and then each
-// tensor's bytes at its offset, one tensor at a time, so an export holds
-// about one tensor in memory.
+// The layout lives here, both ways: layoutFile for a writer (who writes the
+// header and then each tensor's bytes at its offset, one tensor at a time,
+// so an export holds about one tensor in memory), parseHeader and
+// parseIndex for a reader. The reader treats every file as hostile: the
+// header's length is checked against the file before it is read, the JSON
+// is bounded in size and depth, every tensor's offsets lie in the file and
+// match its dtype and shape, no two tensors overlap, no name repeats, and
+// a shard index names plain files only.
 //
 //===----------------------------------------------------------------------===//
 #ifndef FSDP_FORMAT_SAFETENSORS_H
@@ -22,6 +27,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace fsdp {
@@ -56,6 +62,51 @@ struct FileLayout {
 /// dtype without a safetensors name, or a header past kMaxHeaderBytes.
 Result<FileLayout> layoutFile(const std::vector<TensorSpec> &tensors,
                               const std::map<std::string, std::string> &metadata);
+
+/// The dtype of a safetensors name; an error (kind Incompatible) for names
+/// this reader does not know.
+Result<dcp::DType> dtypeOf(const std::string &name);
+
+/// The most dimensions a tensor of a file may have.
+constexpr size_t kMaxDims = 64;
+
+/// One tensor of a file, as its header says.
+struct TensorEntry {
+  std::string name;
+  dcp::DType dtype = dcp::DType::Float32;
+  dcp::Dims shape;
+  /// Where its bytes lie in the file: [begin, begin + bytes).
+  uint64_t begin = 0, bytes = 0;
+};
+
+struct FileHeader {
+  /// In the order of their offsets.
+  std::vector<TensorEntry> tensors;
+  std::map<std::string, std::string> metadata;
+  /// Where the data starts: 8 + the header's length.
+  uint64_t dataStart = 0;
+};
+
+/// The header's length from the file's first 8 bytes, checked against the
+/// file's size and kMaxHeaderBytes (kind Corrupt otherwise). `fileBytes`
+/// under 8 is a truncated file.
+Result<uint64_t> headerLength(const char *prefix, uint64_t fileBytes);
+
+/// Parses and checks the header JSON (`json`, headerLength() bytes read
+/// after the prefix) of a file of `fileBytes`: every tensor a known dtype,
+/// a shape of at most kMaxDims non-negative dimensions whose bytes match
+/// its `data_offsets`, inside the data; no repeated name, no two tensors
+/// overlapping; `__metadata__` an object of strings. Errors (kind Corrupt,
+/// Incompatible for an unknown dtype) name the tensor.
+Result<FileHeader> parseHeader(std::string_view json, uint64_t fileBytes);
+
+/// The largest `model.safetensors.index.json` read.
+constexpr uint64_t kMaxIndexBytes = uint64_t(64) << 20;
+
+/// `weight_map` of a shard index: tensor name -> file, every file a plain
+/// name (no directory, not `.` or `..`). Errors (kind Corrupt) say what is
+/// wrong.
+Result<std::map<std::string, std::string>> parseIndex(std::string_view json);
 
 } // namespace safetensors
 } // namespace fsdp

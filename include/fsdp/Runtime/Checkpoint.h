@@ -96,6 +96,16 @@ inline uint64_t defaultStagingBytes(unsigned threads) {
   return std::max<uint64_t>(uint64_t(threads) << 16, std::min(wanted, memory / 64));
 }
 
+/// Which keys a load reads (or a check checks): those under one of `only`
+/// (every key when empty) and under none of `exclude`. A prefix holds the
+/// key it names and every key below it: "optimizer" and "optimizer." both
+/// hold optimizer.state.w.exp_avg; "model.w" holds model.w alone.
+struct KeySelection {
+  std::vector<std::string> only, exclude;
+  bool selects(const std::string &key) const;
+  bool all() const { return only.empty() && exclude.empty(); }
+};
+
 struct SaveOptions {
   bool overwrite = false;
   /// Worker threads writing items (0: the machine's cores, at most 8).
@@ -155,6 +165,10 @@ struct LoadOptions {
   std::function<Result<const std::vector<std::string> *>()> plannedKeys;
   /// The rank that decides for all (the plan's committing rank).
   int64_t root = 0;
+  /// The keys read: others are left as they are in the buffers, and left
+  /// out of LoadResult's bytes and tensor items (loading the weights into
+  /// a fresh optimizer: exclude "optimizer").
+  KeySelection keys;
   /// This rank's replica group (DataPlane.h): when set, the members split
   /// the reads and broadcast what each read, so every saved byte is read
   /// from storage once per group. Checkpointer::load sets it.
@@ -188,9 +202,10 @@ Result<LoadResult> loadCheckpoint(const plan::RankPlan &plan, RankBuffers &buffe
 /// Fills every piece of this rank's main weights and optimizer state with
 /// the deterministic values of docs/TestValues.md (then model_weight by a cast).
 Status fillFromSeed(const plan::RankPlan &plan, RankBuffers &buffers, uint32_t seed);
-/// Checks every piece against those values; the error names key, chunk and
-/// element of the first mismatch.
-Status checkAgainstSeed(const plan::RankPlan &plan, const RankBuffers &buffers, uint32_t seed);
+/// Checks every piece of the keys selected against those values; the error
+/// names key, chunk and element of the first mismatch.
+Status checkAgainstSeed(const plan::RankPlan &plan, const RankBuffers &buffers, uint32_t seed,
+                        const KeySelection &keys = {});
 
 /// Checks every byte of a checkpoint of ours against its integrity index
 /// (items, alignment padding, `.metadata`, the index itself) and that every

@@ -33,6 +33,7 @@
 
 #include "fsdp/Format/ChunkIndex.h"
 #include "fsdp/Format/DcpMetadata.h"
+#include "fsdp/Format/FileName.h"
 #include "fsdp/Format/IntegrityIndex.h"
 #include "fsdp/Format/Zip.h"
 #include "fsdp/Layout/Overlap.h"
@@ -230,9 +231,6 @@ private:
   // items, then files).
   std::mutex filesMutex_, itemsMutex_;
 };
-
-/// True for a plain file name: not empty, no '/', no NUL, not `.` or `..`.
-bool isPlainFileName(const std::string &name);
 
 } // namespace runtime
 } // namespace fsdp

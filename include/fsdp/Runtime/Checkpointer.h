@@ -20,6 +20,7 @@
 
 #include "fsdp/Runtime/Checkpoint.h"
 #include "fsdp/Runtime/DataPlane.h"
+#include "fsdp/Runtime/HfImport.h"
 
 #include <atomic>
 #include <map>
@@ -127,13 +128,17 @@ public:
   /// once); its outcome stays with its PendingSave.
   void waitForPendingSave();
   Result<LoadResult> load(const std::string &dir, LoadOptions options = {});
+  /// Loads a Hugging Face model directory (HfImport.h): main weights from
+  /// its safetensors, optimizer state zeroed, step 0.
+  Result<LoadResult> loadHuggingFace(const std::string &dir, HfLoadOptions options = {});
   /// Every key the plan saves, sorted (from the plan's global part, read
   /// once): what a load leaves out of LoadResult::tensorItems.
   Result<const std::vector<std::string> *> plannedKeys();
   /// The deterministic test values (docs/TestValues.md).
   Status fill(uint32_t seed);
-  /// Every rank checks its pieces; one rank's mismatch fails every rank.
-  Status check(uint32_t seed);
+  /// Every rank checks its pieces (of the keys selected); one rank's
+  /// mismatch fails every rank.
+  Status check(uint32_t seed, const KeySelection &keys = {});
   /// model_weight = main_weight cast to model_weight's dtype, as a load
   /// with syncModelWeights does: in every group with a model_weight of its
   /// own, or in `group` alone (not negative). This rank only; not
