@@ -22,13 +22,16 @@
 #include "fsdp/Runtime/Communicator.h"
 #include "fsdp/Runtime/CudaBackend.h"
 #include "fsdp/Runtime/Export.h"
+#include "fsdp/Runtime/HfImport.h"
 #include "fsdp/Runtime/Inspect.h"
 #include "fsdp/Runtime/JobRoot.h"
 
 #include <mutex>
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -859,11 +862,14 @@ public:
   }
 
   nb::dict load(const std::string &dir, bool syncModelWeights, unsigned threads,
-                bool verifyChecksums, nb::handle progress) {
+                bool verifyChecksums, nb::handle progress, std::vector<std::string> only,
+                std::vector<std::string> exclude) {
     LoadOptions options;
     options.syncModelWeights = syncModelWeights;
     options.threads = checkedThreads(threads);
     options.verifyChecksums = verifyChecksums;
+    options.keys.only = std::move(only);
+    options.keys.exclude = std::move(exclude);
     auto raised = std::make_shared<CallbackRaised>();
     options.progress = progressOf(progress, raised);
     std::optional<Result<LoadResult>> loaded;
@@ -895,6 +901,31 @@ public:
                          nb::bytes(item.data.data(), item.data.size()));
     }
     out["tensor_items"] = tensorItems;
+    return out;
+  }
+
+  /// A Hugging Face model directory into the buffers (HfImport.h).
+  nb::dict loadHf(const std::string &dir, std::map<std::string, std::string> names,
+                  std::vector<std::pair<std::string, std::string>> prefixes,
+                  bool syncModelWeights, unsigned threads, nb::handle progress) {
+    HfLoadOptions options;
+    options.keyMap.names = std::move(names);
+    options.keyMap.prefixes = std::move(prefixes);
+    options.syncModelWeights = syncModelWeights;
+    options.threads = checkedThreads(threads);
+    auto raised = std::make_shared<CallbackRaised>();
+    options.progress = progressOf(progress, raised);
+    std::optional<Result<LoadResult>> loaded;
+    {
+      nb::gil_scoped_release release;
+      loaded.emplace(checkpointer_->loadHuggingFace(dir, std::move(options)));
+    }
+    if (!*loaded) {
+      raised->rethrow();
+      raise(loaded->failure());
+    }
+    nb::dict out = statsDict((*loaded)->stats, rank());
+    out["step"] = (*loaded)->step ? nb::cast(static_cast<double>(*(*loaded)->step)) : nb::none();
     return out;
   }
 
@@ -974,7 +1005,35 @@ NB_MODULE(_core, m) {
       .def("reserve_snapshot", &PyCheckpointer::reserveSnapshot)
       .def("wait_for_pending_save", &PyCheckpointer::waitForPendingSave)
       .def("load", &PyCheckpointer::load, "dir"_a, "sync_model_weights"_a = true,
-           "threads"_a = 0u, "verify_checksums"_a = true, "progress"_a.none() = nb::none());
+           "threads"_a = 0u, "verify_checksums"_a = true, "progress"_a.none() = nb::none(),
+           "only"_a = std::vector<std::string>(), "exclude"_a = std::vector<std::string>())
+      .def("load_hf", &PyCheckpointer::loadHf, "dir"_a, "names"_a, "prefixes"_a,
+           "sync_model_weights"_a = true, "threads"_a = 0u, "progress"_a.none() = nb::none());
+
+  m.def(
+      "hf_tensors",
+      [](const std::string &dir) {
+        std::optional<Result<std::unique_ptr<HfModel>>> model;
+        {
+          nb::gil_scoped_release release;
+          std::unique_ptr<Storage> storage = createPosixStorage();
+          model.emplace(HfModel::open(dir, *storage));
+        }
+        if (!*model)
+          raise(model->failure());
+        // name -> (dtype name, shape, file)
+        nb::dict out;
+        for (const auto &[name, tensor] : (**model)->tensors()) {
+          nb::list shape;
+          for (int64_t dim : tensor.entry.shape)
+            shape.append(dim);
+          out[nb::str(name.data(), name.size())] =
+              nb::make_tuple(dcp::dtypeInfo(tensor.entry.dtype).name, nb::tuple(shape),
+                             tensor.file);
+        }
+        return out;
+      },
+      "dir"_a);
 
   m.def(
       "verify",

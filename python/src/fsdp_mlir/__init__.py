@@ -24,6 +24,7 @@ __all__ = [
     "Checkpointer", "SaveHandle", "CheckpointManager", "compile", "find_tool", "verify",
     "inspect",
     "export_safetensors",
+    "hf_tensors",
     "CheckpointError", "NotFound", "Corrupt", "Incompatible", "IOError_", "Busy",
     "cuda_built", "mpi_built",
 ]
@@ -61,6 +62,14 @@ def export_safetensors(dir, out, dtype=None, max_shard_size="5GB", overwrite=Fal
     "seconds"}."""
     return _core.export_safetensors(_os.fspath(dir), _os.fspath(out), dtype or "",
                                     str(max_shard_size), bool(overwrite))
+
+
+def hf_tensors(dir):
+    """The tensors of the Hugging Face model directory `dir` (model.safetensors, or the shards
+    model.safetensors.index.json names), every header checked as a load checks it: {name:
+    (dtype, shape, file)}."""
+    return {name: (dtype, tuple(shape), file)
+            for name, (dtype, shape, file) in _core.hf_tensors(_os.fspath(dir)).items()}
 
 
 def __getattr__(name):

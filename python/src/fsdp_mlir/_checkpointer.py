@@ -324,20 +324,46 @@ class Checkpointer:
         return SaveHandle(handle, bar, self)
 
     def load(self, dir, sync_model_weights=True, *, progress=None, threads=0,
-             verify_checksums=True):
+             verify_checksums=True, source="dcp", key_map=None, only=None, exclude=None):
         """Loads `dir` (any DCP checkpoint, any saved layout) into this
         plan's layout (collective); returns this rank's stats, "step" (the
         optimizer step found, or None), "bytes_items" ({key: bytes}: every
         bytes item's torch.save archive; torch.load(io.BytesIO(b)) reads
         one) and "tensor_items" ({key: CPU tensor}: every tensor the plan
-        does not save, when it is one chunk of at most 64 MiB)."""
+        does not save, when it is one chunk of at most 64 MiB).
+
+        only / exclude (lists of key prefixes: "model", "optimizer") load
+        some keys and leave the others' buffers as they are.
+
+        source="hf": `dir` is a Hugging Face model directory
+        (model.safetensors, or the shards model.safetensors.index.json
+        names): each rank reads the byte ranges of its own pieces, cast to
+        the main-weight dtype; the optimizer state is zeroed and "step" is
+        0. Its tensor names are FQNs; key_map renames them: a dict {name:
+        fqn or None (left out)}, or a callable name -> fqn or None."""
         self._collective("load")
         self._check_bindings("load")
+        if source not in ("dcp", "hf"):
+            raise ValueError(f"load: source must be 'dcp' or 'hf', not {source!r}")
+        if source == "hf" and (only or exclude):
+            raise ValueError("load: only/exclude select keys of a DCP checkpoint; a Hugging "
+                             "Face model holds the model's weights alone")
+        if source == "dcp" and key_map is not None:
+            raise ValueError("load: key_map renames the tensors of a Hugging Face model "
+                             "(source='hf')")
+        path = os.fspath(dir)
+        names = _hf_names(path, key_map) if source == "hf" else None
         self._sync_device()
         bar = _Progress(progress, "load")
         try:
-            result = self._core.load(os.fspath(dir), bool(sync_model_weights), _threads(threads),
-                                     bool(verify_checksums), bar.callback)
+            if source == "hf":
+                result = self._core.load_hf(path, names, [], bool(sync_model_weights),
+                                            _threads(threads), bar.callback)
+                result.update(bytes_items={}, tensor_items={})
+            else:
+                result = self._core.load(path, bool(sync_model_weights), _threads(threads),
+                                         bool(verify_checksums), bar.callback,
+                                         _prefixes(only, "only"), _prefixes(exclude, "exclude"))
         finally:
             bar.close()
         self._sync_device()
@@ -373,6 +399,40 @@ class Checkpointer:
     def __repr__(self):
         return (f"fsdp_mlir.Checkpointer(plan={self.plan!r}, rank={self.rank}, "
                 f"world_size={self.world_size}, device={self.device!r})")
+
+
+def _prefixes(prefixes, what):
+    """A list of key prefixes ("model", "optimizer."): a string is one."""
+    if prefixes is None:
+        return []
+    if isinstance(prefixes, str):
+        prefixes = [prefixes]
+    out = []
+    for prefix in prefixes:
+        if not isinstance(prefix, str) or not prefix:
+            raise ValueError(f"load: {what} takes non-empty key prefixes, not {prefix!r}")
+        out.append(prefix)
+    return out
+
+
+def _hf_names(path, key_map):
+    """key_map as the runtime takes it: {name in the files: FQN, "" for left out}."""
+    if key_map is None:
+        return {}
+    if isinstance(key_map, dict):
+        pairs = key_map.items()
+    elif callable(key_map):
+        pairs = [(name, key_map(name)) for name in _core.hf_tensors(path)]
+    else:
+        raise TypeError("load: key_map is a dict {name: fqn or None} or a callable "
+                        f"name -> fqn or None, not {type(key_map).__name__}")
+    names = {}
+    for name, fqn in pairs:
+        if fqn is not None and (not isinstance(fqn, str) or not fqn):
+            raise ValueError(f"load: key_map gives {name!r} the FQN {fqn!r}: a non-empty "
+                             "string, or None to leave it out")
+        names[str(name)] = fqn or ""
+    return names
 
 
 def _live_items(items, convert):

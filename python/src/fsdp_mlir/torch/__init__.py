@@ -3,6 +3,7 @@
     import fsdp_mlir as fm
     fm.torch.save_checkpoint(model, opt, "ckpt/step-100", extra={"lr_scheduler": sched})
     fm.torch.load_checkpoint(model, opt, "ckpt/step-100", extra={"lr_scheduler": sched})
+    fm.torch.load_pretrained(model, "llama-hf/", opt)  # a Hugging Face model, to fine-tune
 
 A Megatron-FSDP `fully_shard`-ed model needs nothing else: the first save or load describes it
 from its own attributes, compiles the plan (cached by a hash of the description) and attaches
@@ -20,7 +21,7 @@ drop-in path), adapters/ (one file per training framework).
 """
 
 from ._attach import attach, attached, detach
-from ._checkpoint import load_checkpoint, save_checkpoint
+from ._checkpoint import load_checkpoint, load_pretrained, save_checkpoint
 from ._describe import describe
 from ._layout import LayoutMismatch
 from ._state import PerRank, RNGState
@@ -32,6 +33,7 @@ __all__ = [
     "detach",
     "save_checkpoint",
     "load_checkpoint",
+    "load_pretrained",
     "attached",
     "attach_uneven_dtensor_metadata",
     "LayoutMismatch",

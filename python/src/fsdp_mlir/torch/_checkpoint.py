@@ -126,19 +126,30 @@ def _refresh_compute_weights(att: _Attachment) -> None:
                 "differ)")
 
 
+def _excluded(exclude, name) -> bool:
+    """Whether the top-level state `name` ("optimizer", "lr_scheduler", ...) is excluded."""
+    return any(e.rstrip(".") == name for e in exclude)
+
+
 def load_checkpoint(model: torch.nn.Module, optimizer, checkpoint_dir, *,
                     sync_model_weights: bool = True, extra=None, strict: bool = True,
-                    **runtime_options) -> Dict[str, List[str]]:
+                    exclude=(), **runtime_options) -> Dict[str, List[str]]:
     """The seed's load_checkpoint: any DCP checkpoint of this model (saved on any world size:
     the runtime reshards) into the model's buffers in place, then the optimizer's step counts
     and param groups (every key, checked against the optimizer's groups), and `extra`'s state
     (each object's load_state_dict, or a dict updated in place). The compute weights the
     framework reads are refreshed from the main weights unless sync_model_weights=False.
-    Incompatible names what does not fit; strict=False loads what fits and returns what it
-    left as {"left": [...]}."""
+    exclude=["optimizer", "lr_scheduler", ...] leaves those as they are (the weights of a
+    model-only checkpoint into a fresh optimizer: exclude=["optimizer"]). Incompatible names
+    what does not fit; strict=False loads what fits and returns what it left as
+    {"left": [...]}."""
     att = _attachment_for(model, optimizer, "load_checkpoint")
     path = os.fspath(checkpoint_dir)
-    result = att.checkpointer.load(path, sync_model_weights=False, **runtime_options)
+    exclude = [exclude] if isinstance(exclude, str) else list(exclude or ())
+    if _excluded(exclude, "model"):
+        raise ValueError("load_checkpoint: exclude=['model'] leaves nothing to load")
+    result = att.checkpointer.load(path, sync_model_weights=False, exclude=exclude,
+                                   **runtime_options)
     report: Dict[str, List[str]] = {}
     values: Dict[str, Any] = {}
     for key, data in (result.get("bytes_items") or {}).items():
@@ -150,7 +161,7 @@ def load_checkpoint(model: torch.nn.Module, optimizer, checkpoint_dir, *,
             return tensors[key]
         return _state.read_bytes_item(key, values[key])
 
-    if att.optimizer is not None:
+    if att.optimizer is not None and not _excluded(exclude, "optimizer"):
         give_loaded_state(att)
         if result.get("step") is not None:
             _optim.restore_steps(att.optimizer, att.params, float(result["step"]))
@@ -162,6 +173,8 @@ def load_checkpoint(model: torch.nn.Module, optimizer, checkpoint_dir, *,
     if sync_model_weights:
         _refresh_compute_weights(att)
     for name, obj in (extra or {}).items():
+        if _excluded(exclude, name):
+            continue
         per_rank = isinstance(obj, _state.PerRank)
         template = {str(att.rank): obj.state_dict()} if per_rank else _state.state_of(obj)
         prefix = f"{name}."
@@ -174,3 +187,24 @@ def load_checkpoint(model: torch.nn.Module, optimizer, checkpoint_dir, *,
         else:
             _state.restore(name, obj, template, found, strict, report)
     return report
+
+
+def load_pretrained(model: torch.nn.Module, pretrained_dir, optimizer=None, *, key_map=None,
+                    sync_model_weights: bool = True, **runtime_options) -> Dict[str, Any]:
+    """Starts fine-tuning from a Hugging Face model: `pretrained_dir` (model.safetensors, or
+    the shards model.safetensors.index.json names, as save_pretrained writes them) into the
+    model's packed buffers in place, each rank reading only the byte ranges of its own pieces,
+    cast to the main-weight dtype. Tensor names are the model's FQNs; key_map renames them (a
+    dict {name: fqn or None}, or a callable name -> fqn or None; None leaves a tensor out).
+    Tied parameters are read once. The optimizer's state is zeroed with step 0 (what a fresh
+    optimizer's first step sees) and the compute weights are refreshed. A tensor the model
+    needs but the files lack, or one of another shape or a dtype that does not cast, raises
+    Incompatible naming it. Returns the runtime's stats."""
+    att = _attachment_for(model, optimizer, "load_pretrained")
+    result = att.checkpointer.load(os.fspath(pretrained_dir), sync_model_weights=False,
+                                   source="hf", key_map=key_map, **runtime_options)
+    if att.optimizer is not None:
+        _optim.reset_state(att.optimizer, att.params)
+    if sync_model_weights:
+        _refresh_compute_weights(att)
+    return result

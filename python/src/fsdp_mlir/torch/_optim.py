@@ -144,6 +144,18 @@ def restore_steps(optimizer, params_by_fqn: Mapping[str, Any], step: float) -> N
             st["step"] = step
 
 
+def reset_state(optimizer, params_by_fqn: Mapping[str, Any]) -> None:
+    """After a load of weights alone (the runtime zeroed the state buffers): the state a fresh
+    optimizer's first step sees. Steps go to 0; state torch creates from the first gradient
+    (SGD's momentum_buffer, not zeros) is dropped, for torch to create again."""
+    restore_steps(optimizer, params_by_fqn, 0.0)
+    for p in params_by_fqn.values():
+        st = optimizer.state.get(p)
+        if st:
+            for role in [r for r in st if r not in CREATED_AS_ZEROS and r != "step"]:
+                del st[role]
+
+
 def param_groups_state(optimizer, fqn_of) -> List[Dict[str, Any]]:
     """The optimizer's param groups as `optimizer.state_dict()` has them now, `params` as FQNs
     (what torch's get_optimizer_state_dict gives)."""
