@@ -126,29 +126,34 @@ Status checkLiveItems(const std::vector<LiveItem> &items) {
   return Status::success();
 }
 
-void dropBytesItems(dcp::Metadata &metadata) {
-  std::unordered_set<std::string> bytes;
+void dropKeys(dcp::Metadata &metadata,
+              const std::function<bool(const std::string &, const dcp::StorageMetadata &)> &drop) {
+  std::unordered_set<std::string> dropped;
   auto &entries = metadata.stateDictMetadata;
   for (const auto &[key, saved] : entries)
-    if (saved.isBytes)
-      bytes.insert(key);
-  if (bytes.empty())
+    if (drop(key, saved))
+      dropped.insert(key);
+  if (dropped.empty())
     return;
   entries.erase(std::remove_if(entries.begin(), entries.end(),
-                               [](const auto &entry) { return entry.second.isBytes; }),
+                               [&](const auto &entry) { return dropped.count(entry.first); }),
                 entries.end());
   auto &storage = metadata.storageData;
   storage.erase(std::remove_if(storage.begin(), storage.end(),
-                               [&](const auto &entry) {
-                                 return !entry.first.offset && bytes.count(entry.first.fqn);
-                               }),
+                               [&](const auto &entry) { return dropped.count(entry.first.fqn); }),
                 storage.end());
   if (metadata.plannerData) {
     auto &paths = *metadata.plannerData;
     paths.erase(std::remove_if(paths.begin(), paths.end(),
-                               [&](const auto &entry) { return bytes.count(entry.first); }),
+                               [&](const auto &entry) { return dropped.count(entry.first); }),
                 paths.end());
   }
+}
+
+void dropBytesItems(dcp::Metadata &metadata) {
+  dropKeys(metadata, [](const std::string &, const dcp::StorageMetadata &saved) {
+    return saved.isBytes;
+  });
 }
 
 Status checkLiveKeysAreNew(const dcp::Metadata &metadata, const std::vector<LiveItem> &items) {

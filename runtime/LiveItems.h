@@ -16,6 +16,7 @@
 #include "fsdp/Runtime/LiveItem.h"
 #include "fsdp/Runtime/Storage.h"
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,10 @@ namespace runtime {
 /// Removes every bytes item from `metadata` (its state_dict_metadata,
 /// storage_data and planner_data entries); the items stay in their files.
 void dropBytesItems(dcp::Metadata &metadata);
+/// Drops every key `drop(key, saved)` chooses: its entry, its chunks'
+/// storage and its planner path.
+void dropKeys(dcp::Metadata &metadata,
+              const std::function<bool(const std::string &, const dcp::StorageMetadata &)> &drop);
 
 /// Every live key must be new to `metadata`, whose files must not include
 /// kLiveFileName (kind InvalidArgument, naming the key).

@@ -84,7 +84,7 @@ public:
     const std::string &dir = reader_.dir();
     std::optional<KeyInfo> saved = reader_.keyInfo(read.key);
     if (!saved)
-      return incompatible(read.key + ": missing in " + reader_.pathOf(".metadata"));
+      return missingKey(read.key);
     if (saved->isBytes)
       return incompatible(read.key + ": " + printable(dir) +
                           " holds a bytes item, the plan expects a tensor");
@@ -194,7 +194,7 @@ public:
   Result<float> loadStep(const plan::ReadItem &read, size_t index) {
     std::optional<KeyInfo> saved = reader_.keyInfo(read.key);
     if (!saved)
-      return incompatible(read.key + ": missing in " + reader_.pathOf(".metadata"));
+      return missingKey(read.key);
     if (saved->isBytes || !saved->shape.empty() || saved->chunkCount != 1 ||
         planned_[index].size() != 1 || saved->dtype != dcp::DType::Float32)
       return incompatible(read.key + ": expected a 0-d float32 tensor in " +
@@ -302,6 +302,16 @@ public:
   uint64_t bytesRead() const { return bytesRead_; }
 
 private:
+  /// A key the plan reads that the checkpoint lacks; optimizer state may be
+  /// missing from a checkpoint of the model alone.
+  Error missingKey(const std::string &key) const {
+    return incompatible(key + ": missing in " + reader_.pathOf(".metadata") +
+                        (key.rfind("optimizer.", 0) == 0
+                             ? " (a checkpoint of the model alone? exclude \"optimizer\" to "
+                               "load its weights)"
+                             : ""));
+  }
+
   /// Saved chunks that overlap must hold the same values where they do:
   /// reads `overlap`'s values in `both` and compares them with what
   /// `earlier` already put in the piece.

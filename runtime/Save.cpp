@@ -14,7 +14,9 @@
 #include <chrono>
 #include <cstring>
 #include <ctime>
+#include <map>
 #include <mutex>
+#include <optional>
 #include <sys/mman.h>
 #include <tuple>
 #include <unistd.h>
@@ -258,6 +260,58 @@ struct ItemWriter {
   }
 };
 
+/// Item offsets keep their residue modulo this when a selection moves them
+/// up: what direct I/O needs of a file offset on every file system here.
+constexpr uint64_t kItemAlignment = 4096;
+
+/// `plan` with only the writes of the keys selected, each moved to the
+/// first offset past the previous one that keeps its planned offset's
+/// residue modulo kItemAlignment (the gaps the others leave are closed).
+plan::RankPlan selectWrites(const plan::RankPlan &plan, const KeySelection &keys) {
+  plan::RankPlan selected;
+  selected.rank = plan.rank;
+  selected.coords = plan.coords;
+  selected.buffers = plan.buffers;
+  selected.files = plan.files;
+  for (const plan::WriteItem &write : plan.writes)
+    if (keys.selects(write.key))
+      selected.writes.push_back(write);
+  std::sort(selected.writes.begin(), selected.writes.end(),
+            [](const plan::WriteItem &a, const plan::WriteItem &b) {
+              return a.itemOffset < b.itemOffset;
+            });
+  uint64_t end = 0;
+  for (plan::WriteItem &write : selected.writes) {
+    uint64_t residue = write.itemOffset % kItemAlignment;
+    uint64_t at = end - end % kItemAlignment + residue;
+    if (at < end)
+      at += kItemAlignment;
+    write.dataOffset = write.dataOffset - write.itemOffset + at;
+    write.itemOffset = at;
+    end = at + write.itemLength;
+  }
+  return selected;
+}
+
+/// After a selection moved the items: every storage entry of `metadata`
+/// at the offset and length its item was written at.
+Status pointAtWrittenItems(dcp::Metadata &metadata,
+                           const std::vector<integrity::ItemChecksum> &items) {
+  std::map<std::pair<std::string, std::string>, const integrity::ItemChecksum *> written;
+  for (const integrity::ItemChecksum &item : items)
+    written[{item.file, item.key}] = &item;
+  for (auto &[index, info] : metadata.storageData) {
+    auto found = written.find(
+        {info.relativePath,
+         itemChecksumKey(index.fqn, index.offset.value_or(dcp::Dims{}), index.offset.has_value())});
+    if (found == written.end())
+      return makeError(index.fqn + ": selected but not written", ErrorKind::Internal);
+    info.offset = found->second->offset;
+    info.length = found->second->length;
+  }
+  return Status::success();
+}
+
 /// This rank's part of the save: its data file in the staging directory.
 Status writeRankFile(const plan::RankPlan &plan, const RankBuffers &buffers,
                      const std::string &staging, Storage &storage, const SaveOptions &options,
@@ -425,11 +479,12 @@ Status commit(const plan::PlanFile &planFile, const std::string &staging, const 
   // checksums filled in, when it has one, no bytes item changed size and
   // `.metadata` is the plan's: parsing `.metadata` takes ~25 GB at 6M chunks.
   bool live = !options.liveItems.empty() || options.liveReplacesPlannedBytes;
+  bool selected = !options.keys.all();
   Result<std::string> chunks = planFile.chunkIndexBytes();
   if (!chunks)
     return chunks.failure();
   bool fromPlan = false;
-  if (!chunks->empty() && !live) {
+  if (!chunks->empty() && !live && !selected) {
     Result<bool> filled =
         chunkindex::fillChecksums(*chunks, items, index.metadataLength, index.metadataXxh3);
     if (!filled)
@@ -443,6 +498,14 @@ Status commit(const plan::PlanFile &planFile, const std::string &staging, const 
     if (!parsed)
       return propagate(parsed, "the plan's .metadata: " + parsed.error());
     bool changed = patchBytesLengths(*parsed, items);
+    if (selected) {
+      dropKeys(*parsed, [&](const std::string &key, const dcp::StorageMetadata &) {
+        return !options.keys.selects(key);
+      });
+      if (Status status = pointAtWrittenItems(*parsed, items); !status)
+        return status;
+      changed = true;
+    }
     if (live) {
       if (options.liveReplacesPlannedBytes)
         dropBytesItems(*parsed);
@@ -562,7 +625,11 @@ Result<TransferStats> saveCheckpoint(const plan::PlanFile &planFile, const plan:
   // 2. Every rank writes and fsyncs its items.
   TransferStats stats;
   std::vector<integrity::ItemChecksum> checksums;
-  Status wrote = writeRankFile(plan, buffers, staging, storage, options, checksums, stats);
+  std::optional<plan::RankPlan> selected;
+  if (!options.keys.all())
+    selected = selectWrites(plan, options.keys);
+  Status wrote = writeRankFile(selected ? *selected : plan, buffers, staging, storage, options,
+                               checksums, stats);
 
   // 3. All agree; the committing rank gathers the checksums and commits.
   integrity::IntegrityIndex mine;

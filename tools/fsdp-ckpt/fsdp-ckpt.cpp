@@ -219,6 +219,10 @@ int run(int argc, char **argv) {
       ->required()
       ->check(seedCheck);
   save->add_option("--step", step, "Optimizer step count to store");
+  bool modelOnly = false;
+  save->add_flag("--model-only", modelOnly,
+                 "Save the model's weights alone (no optimizer state: load it with --only model "
+                 "or --exclude optimizer)");
   save->add_flag("--overwrite", overwrite, "Replace an existing checkpoint atomically");
   save->add_flag("--async", async,
                  "Return to training once every byte is copied to host memory, write in the "
@@ -496,6 +500,8 @@ int run(int argc, char **argv) {
       SaveOptions options = saveOptions(threads, stagingMb, bufferedIO);
       options.overwrite = overwrite || round > 0;
       options.step = step;
+      if (modelOnly)
+        options.keys.only = {"model"};
       options.progress = progressPrinter("save", speaks);
       Result<TransferStats> stats = makeError("no save ran", ErrorKind::Internal);
       if (async) {

@@ -132,6 +132,10 @@ struct SaveOptions {
   /// every other rank's are ignored. A live key the plan also saves fails
   /// the save (invalid argument), as do items checkLiveItems refuses.
   std::vector<LiveItem> liveItems;
+  /// The keys saved: the others are left out of the checkpoint, and the
+  /// items kept move up in their files to close the gaps (a model-only
+  /// save: only "model", about a third of the bytes with Adam).
+  KeySelection keys;
   /// Drop the plan's bytes items (its `optimizer.param_groups.0.*`) from
   /// `.metadata`: the live items replace them (every param group as it is
   /// now). The planned items are still written and checksummed, but no
