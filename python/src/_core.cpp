@@ -797,7 +797,7 @@ public:
 
   static SaveOptions saveOptions(bool overwrite, float step, unsigned threads, bool bufferedIO,
                                  nb::handle progress, nb::handle liveItems,
-                                 bool replacePlannedBytes,
+                                 bool replacePlannedBytes, std::vector<std::string> only,
                                  const std::shared_ptr<CallbackRaised> &raised) {
     SaveOptions options;
     options.overwrite = overwrite;
@@ -808,15 +808,16 @@ public:
     options.writer = "fsdp-mlir python";
     options.liveItems = liveItemsOf(liveItems);
     options.liveReplacesPlannedBytes = replacePlannedBytes;
+    options.keys.only = std::move(only);
     return options;
   }
 
   nb::dict save(const std::string &dir, bool overwrite, float step, unsigned threads,
                 bool bufferedIO, nb::handle progress, nb::handle liveItems,
-                bool replacePlannedBytes) {
+                bool replacePlannedBytes, std::vector<std::string> only) {
     auto raised = std::make_shared<CallbackRaised>();
     SaveOptions options = saveOptions(overwrite, step, threads, bufferedIO, progress, liveItems,
-                                      replacePlannedBytes, raised);
+                                      replacePlannedBytes, std::move(only), raised);
     std::optional<Result<TransferStats>> stats;
     {
       nb::gil_scoped_release release;
@@ -831,10 +832,10 @@ public:
 
   AsyncSave *saveAsync(const std::string &dir, bool overwrite, float step, unsigned threads,
                        bool bufferedIO, nb::handle progress, nb::handle liveItems,
-                       bool replacePlannedBytes) {
+                       bool replacePlannedBytes, std::vector<std::string> only) {
     auto raised = std::make_shared<CallbackRaised>();
     SaveOptions options = saveOptions(overwrite, step, threads, bufferedIO, progress, liveItems,
-                                      replacePlannedBytes, raised);
+                                      replacePlannedBytes, std::move(only), raised);
     std::optional<Result<std::shared_ptr<PendingSave>>> started;
     {
       nb::gil_scoped_release release;
@@ -997,11 +998,13 @@ NB_MODULE(_core, m) {
       .def("refresh_model_weights", &PyCheckpointer::refreshModelWeights, "group"_a = -1)
       .def("save", &PyCheckpointer::save, "dir"_a, "overwrite"_a = false, "step"_a = 1.0f,
            "threads"_a = 0u, "buffered_io"_a = false, "progress"_a.none() = nb::none(),
-           "live_items"_a.none() = nb::none(), "replace_planned_bytes"_a = false)
+           "live_items"_a.none() = nb::none(), "replace_planned_bytes"_a = false,
+           "only"_a = std::vector<std::string>())
       .def("save_async", &PyCheckpointer::saveAsync, "dir"_a, "overwrite"_a = false,
            "step"_a = 1.0f, "threads"_a = 0u, "buffered_io"_a = false,
            "progress"_a.none() = nb::none(), "live_items"_a.none() = nb::none(),
-           "replace_planned_bytes"_a = false, nb::rv_policy::take_ownership)
+           "replace_planned_bytes"_a = false, "only"_a = std::vector<std::string>(),
+           nb::rv_policy::take_ownership)
       .def("reserve_snapshot", &PyCheckpointer::reserveSnapshot)
       .def("wait_for_pending_save", &PyCheckpointer::waitForPendingSave)
       .def("load", &PyCheckpointer::load, "dir"_a, "sync_model_weights"_a = true,
