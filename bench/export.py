@@ -93,15 +93,8 @@ def export(ckpt_tool, ckpt, out, *extra):
     return float(m.group(3)), size, float(m.group(4)) * 1e9, int(rss.group(1)) * 1024
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--build", default=os.path.join(ROOT, "build"))
-    parser.add_argument("--workdir")
-    parser.add_argument("--keep", action="store_true")
-    args = parser.parse_args()
-    tools = os.path.join(args.build, "bin")
-    work = args.workdir or tempfile.mkdtemp(prefix="fsdp-bench-export-", dir=os.environ.get("TMPDIR", "/var/tmp"))
-    os.makedirs(work, exist_ok=True)
+def saved_checkpoint(tools, work):
+    """(plan, checkpoint) of the benchmark's model on 2 ranks, saved in `work`."""
     model = os.path.join(work, "model.json")
     subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "gen_llama_model.py"), "--preset",
                     "tiny", "--hidden", "2048", "--intermediate", "5632", "--layers", "2",
@@ -116,9 +109,22 @@ def main():
                    input=lowered, check=True)
     ckpt = os.path.join(work, "ckpt")
     shutil.rmtree(ckpt, ignore_errors=True)
+    subprocess.run(MPIRUN + ["-np", "2", os.path.join(tools, "fsdp-ckpt"), "save", "--plan", plan,
+                             "--dir", ckpt, "--fill", "1"], check=True, stdout=subprocess.DEVNULL)
+    return plan, ckpt
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--build", default=os.path.join(ROOT, "build"))
+    parser.add_argument("--workdir")
+    parser.add_argument("--keep", action="store_true")
+    args = parser.parse_args()
+    tools = os.path.join(args.build, "bin")
+    work = args.workdir or tempfile.mkdtemp(prefix="fsdp-bench-export-", dir=os.environ.get("TMPDIR", "/var/tmp"))
+    os.makedirs(work, exist_ok=True)
     tool = os.path.join(tools, "fsdp-ckpt")
-    subprocess.run(MPIRUN + ["-np", "2", tool, "save", "--plan", plan, "--dir", ckpt, "--fill", "1"],
-                   check=True, stdout=subprocess.DEVNULL)
+    plan, ckpt = saved_checkpoint(tools, work)
     out = os.path.join(work, "export")
     seconds, size, largest, rss = export(tool, ckpt, out)
     ceiling_s, read_s = ceiling(ckpt, size, os.path.join(work, "ceiling.bin"))
