@@ -88,17 +88,21 @@ Result<std::unique_ptr<HfModel>> HfModel::open(const std::string &dir, Storage &
     Result<std::map<std::string, std::string>> weights = safetensors::parseIndex(json);
     if (!weights)
       return propagate(weights, printable(indexPath) + ": " + weights.error());
+    // Each file's tensors by name, as the index finds them.
+    std::map<std::string, std::map<std::string, const safetensors::TensorEntry *>> byFile;
     for (const auto &[name, file] : *weights) {
-      if (Status status = model->openFile(file, storage); !status)
-        return status.failure();
-      const safetensors::FileHeader &header = model->headers_[file];
-      auto entry = std::find_if(header.tensors.begin(), header.tensors.end(),
-                                [&](const safetensors::TensorEntry &e) { return e.name == name; });
-      if (entry == header.tensors.end())
+      if (!byFile.count(file)) {
+        if (Status status = model->openFile(file, storage); !status)
+          return status.failure();
+        for (const safetensors::TensorEntry &entry : model->headers_[file].tensors)
+          byFile[file][entry.name] = &entry;
+      }
+      auto entry = byFile[file].find(name);
+      if (entry == byFile[file].end())
         return makeError(printable(indexPath) + " puts '" + printable(name) + "' in " +
                              printable(file) + ", which does not hold it",
                          ErrorKind::Corrupt);
-      model->tensors_[name] = {file, *entry};
+      model->tensors_[name] = {file, *entry->second};
     }
     return model;
   }

@@ -19,14 +19,17 @@ cmake -G Ninja -S "$ROOT" -B "$BUILD" \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_COMPILER="$CXX" -DCMAKE_C_COMPILER="$CC" \
   -DFSDP_BUILD_COMPILER=OFF -DFSDP_BUILD_TESTS=OFF -DFSDP_BUILD_FUZZERS=ON -DFSDP_ENABLE_CUDA=OFF >/dev/null
-ninja -C "$BUILD" FuzzPickle FuzzZip FuzzPlan FuzzCheckpoint FuzzChunkIndex MakePlanSeed
+ninja -C "$BUILD" FuzzPickle FuzzZip FuzzPlan FuzzCheckpoint FuzzChunkIndex FuzzSafetensors \
+  MakePlanSeed MakeSafetensorsSeed
 
 # Seeds: .metadata and every item's data.pkl for the unpickler; every item
-# (its byte range of a data file) and whole data files for the zip reader.
+# (its byte range of a data file) and whole data files for the zip reader;
+# a file of layoutFile's, its header and data, a shard index for safetensors.
 SEEDS="$BUILD/fuzz/seeds"
 rm -rf "$SEEDS"
-mkdir -p "$SEEDS/pickle" "$SEEDS/zip" "$SEEDS/plan" "$SEEDS/checkpoint"
+mkdir -p "$SEEDS/pickle" "$SEEDS/zip" "$SEEDS/plan" "$SEEDS/checkpoint" "$SEEDS/safetensors"
 "$BUILD/fuzz/MakePlanSeed" "$SEEDS/plan/worked-example.fsdpplan"
+"$BUILD/fuzz/MakeSafetensorsSeed" "$SEEDS/safetensors"
 python3 - "$FIXTURE" "$SEEDS" <<'PY'
 import io, os, sys, zipfile
 fixture, seeds = sys.argv[1], sys.argv[2]
@@ -78,11 +81,12 @@ PY
 status=0
 RESULTS="$BUILD/fuzz/results.txt"
 : > "$RESULTS"
-for fuzzer in FuzzPickle FuzzZip FuzzPlan FuzzCheckpoint FuzzChunkIndex; do
+for fuzzer in FuzzPickle FuzzZip FuzzPlan FuzzCheckpoint FuzzChunkIndex FuzzSafetensors; do
   seeds="$SEEDS/pickle"
   [[ $fuzzer == FuzzCheckpoint ]] && seeds="$SEEDS/checkpoint"
   [[ $fuzzer == FuzzZip ]] && seeds="$SEEDS/zip"
   [[ $fuzzer == FuzzPlan ]] && seeds="$SEEDS/plan"
+  [[ $fuzzer == FuzzSafetensors ]] && seeds="$SEEDS/safetensors"
   corpus="$BUILD/fuzz/corpus-$fuzzer"
   mkdir -p "$corpus"
   # Inputs that once failed (fuzz/regressions/<fuzzer>/) run first, each once.

@@ -136,14 +136,19 @@ struct Refused {
 };
 
 /// Parses `json` as an object whose values nest at most `maxDepth` deep,
-/// refusing a repeated key of the top object (nlohmann would keep the last).
+/// refusing a key repeated in any object (nlohmann would keep the last).
 Result<nlohmann::json> parseBounded(std::string_view json, int maxDepth, const char *what) {
-  std::set<std::string> keys;
+  std::vector<std::set<std::string>> keys; // of each object being parsed, innermost last
   auto check = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json &parsed) {
     using Event = nlohmann::json::parse_event_t;
     if ((event == Event::object_start || event == Event::array_start) && depth > maxDepth)
       throw Refused{std::string(what) + " nests deeper than it may"};
-    if (event == Event::key && depth == 1 && !keys.insert(parsed.get<std::string>()).second)
+    if (event == Event::object_start)
+      keys.emplace_back();
+    else if (event == Event::object_end && !keys.empty())
+      keys.pop_back();
+    else if (event == Event::key && !keys.empty() &&
+             !keys.back().insert(parsed.get<std::string>()).second)
       throw Refused{std::string(what) + " names '" + printable(parsed.get<std::string>()) +
                     "' twice"};
     return true;
@@ -250,15 +255,23 @@ Result<FileHeader> parseHeader(std::string_view json, uint64_t fileBytes) {
             [](const TensorEntry &a, const TensorEntry &b) {
               return a.begin != b.begin ? a.begin < b.begin : a.bytes < b.bytes;
             });
+  // The tensors tile the data exactly, as the format requires: no overlap,
+  // no byte that belongs to no tensor (a polyglot file hides one there).
   const TensorEntry *previous = nullptr;
+  uint64_t end = header.dataStart;
   for (const TensorEntry &entry : header.tensors) {
-    if (!entry.bytes)
-      continue;
-    if (previous && entry.begin < previous->begin + previous->bytes)
+    if (entry.begin < end && entry.bytes)
       return corrupt("'" + printable(entry.name) + "' and '" + printable(previous->name) +
                      "' overlap in the file");
+    if (entry.begin > end)
+      return corrupt("bytes [" + std::to_string(end - header.dataStart) + ", " +
+                     std::to_string(entry.begin - header.dataStart) +
+                     ") of the data belong to no tensor");
+    end = std::max(end, entry.begin + entry.bytes);
     previous = &entry;
   }
+  if (end != fileBytes)
+    return corrupt(std::to_string(fileBytes - end) + " bytes after the last tensor");
   return header;
 }
 

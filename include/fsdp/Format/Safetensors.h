@@ -14,8 +14,9 @@
 // parseIndex for a reader. The reader treats every file as hostile: the
 // header's length is checked against the file before it is read, the JSON
 // is bounded in size and depth, every tensor's offsets lie in the file and
-// match its dtype and shape, no two tensors overlap, no name repeats, and
-// a shard index names plain files only.
+// match its dtype and shape, the tensors tile the data exactly (no overlap,
+// no hole, nothing after the last), no name repeats, and a shard index
+// names plain files only.
 //
 //===----------------------------------------------------------------------===//
 #ifndef FSDP_FORMAT_SAFETENSORS_H
@@ -95,8 +96,8 @@ Result<uint64_t> headerLength(const char *prefix, uint64_t fileBytes);
 /// Parses and checks the header JSON (`json`, headerLength() bytes read
 /// after the prefix) of a file of `fileBytes`: every tensor a known dtype,
 /// a shape of at most kMaxDims non-negative dimensions whose bytes match
-/// its `data_offsets`, inside the data; no repeated name, no two tensors
-/// overlapping; `__metadata__` an object of strings. Errors (kind Corrupt,
+/// its `data_offsets`, inside the data; no repeated name; the tensors tile
+/// the data exactly; `__metadata__` an object of strings. Errors (kind Corrupt,
 /// Incompatible for an unknown dtype) name the tensor.
 Result<FileHeader> parseHeader(std::string_view json, uint64_t fileBytes);
 

@@ -136,6 +136,13 @@ def main():
         write(single, raw(header_with(lambda h: h[first].update(dtype="F4")), body))
     elif case == "truncated":  # the data cut short: the last tensor's end is past the file
         write(single, pack(tensors, blob.get)[:-4])
+    elif case == "trailing":  # bytes after the last tensor: a polyglot file hides there
+        write(single, pack(tensors, blob.get) + b"\0" * 8)
+    elif case == "gap":  # 8 bytes before the first tensor belong to none
+        def change(h):
+            for v in h.values():
+                v["data_offsets"] = [v["data_offsets"][0] + 8, v["data_offsets"][1] + 8]
+        write(single, raw(header_with(change), b"\0" * 8 + body))
     elif case == "bad-utf8":
         write(single, raw(b"{\"\xff\xfe\": 1}"))
     elif case in ("index-escape", "index-absent", "index-not-object", "index-link"):
