@@ -115,6 +115,14 @@ public:
     return Status::success();
   }
 
+  Status reserve(uint64_t size) override {
+    if (!size || ::fallocate(fd_, FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(size)) == 0)
+      return Status::success();
+    if (errno == EOPNOTSUPP || errno == ENOSYS || errno == EINVAL)
+      return Status::success(); // a file system that cannot: the hint is dropped
+    return errnoError(path_, "cannot reserve " + std::to_string(size) + " bytes", errno);
+  }
+
   Status close() override {
     int fd = fd_;
     fd_ = -1;
@@ -321,6 +329,7 @@ public:
   Status close() override { return base_->close(); }
   uint64_t directAlignment() const override { return base_->directAlignment(); }
   Status truncate(uint64_t size) override { return base_->truncate(size); }
+  Status reserve(uint64_t size) override { return base_->reserve(size); }
 
 private:
   std::unique_ptr<WritableFile> base_;

@@ -326,6 +326,15 @@ Status writeRankFile(const plan::RankPlan &plan, const RankBuffers &buffers,
       options.directIO ? storage.createDirect(path) : storage.create(path);
   if (!file)
     return file.failure();
+  // The file's blocks reserved up front: workers write items at their
+  // offsets in any order, which would otherwise fragment the file.
+  if (options.reserveFiles) {
+    uint64_t end = 0;
+    for (const plan::WriteItem &item : plan.writes)
+      end = std::max(end, item.itemOffset + item.itemLength);
+    if (Status status = (*file)->reserve(end); !status)
+      return status;
+  }
   // One writer per worker thread: its own layout cache, staging blocks and
   // checksums; items land at their planned offsets in any order.
   unsigned threads = options.threads ? options.threads : defaultThreads();

@@ -11,7 +11,7 @@ PACKAGES=(cmake ninja-build g++ python3 ccache
           libgtest-dev zlib1g-dev nlohmann-json3-dev libxxhash-dev
           flatbuffers-compiler libflatbuffers-dev libcli11-dev clang
           libopenmpi-dev openmpi-bin util-linux libisal-dev
-          python3-venv python3-dev)
+          python3-venv python3-dev fio)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do

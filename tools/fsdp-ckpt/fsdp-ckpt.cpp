@@ -219,7 +219,9 @@ int run(int argc, char **argv) {
       ->required()
       ->check(seedCheck);
   save->add_option("--step", step, "Optimizer step count to store");
-  bool modelOnly = false;
+  bool modelOnly = false, noReserve = false;
+  save->add_flag("--no-reserve", noReserve,
+                 "Testing: do not reserve the data files' blocks before writing");
   save->add_flag("--model-only", modelOnly,
                  "Save the model's weights alone (no optimizer state: load it with --only model "
                  "or --exclude optimizer)");
@@ -502,6 +504,7 @@ int run(int argc, char **argv) {
       options.step = step;
       if (modelOnly)
         options.keys.only = {"model"};
+      options.reserveFiles = !noReserve;
       options.progress = progressPrinter("save", speaks);
       Result<TransferStats> stats = makeError("no save ran", ErrorKind::Internal);
       if (async) {

@@ -116,6 +116,10 @@ struct SaveOptions {
   /// CPU than buffered writes on this project's machines). Off: pwritev
   /// through the page cache.
   bool directIO = true;
+  /// Reserve each data file's blocks before writing (fallocate, the size
+  /// unchanged), so that concurrent writes at planned offsets leave few
+  /// extents. Off: for measurements.
+  bool reserveFiles = true;
   /// Host staging for buffers the host may not touch: every worker stages
   /// through two blocks of this pool (bounded, reused: a Checkpointer keeps
   /// one for all its saves). Null: a pool for this save of `stagingBytes`

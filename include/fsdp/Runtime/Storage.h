@@ -39,6 +39,14 @@ public:
   virtual uint64_t directAlignment() const { return 0; }
   /// Sets the file's size (direct writes end on a whole block).
   virtual Status truncate(uint64_t size) = 0;
+  /// Reserves the disk blocks of [0, size) before the writes, without
+  /// changing the file's size, so that writes landing in any order leave
+  /// few extents (reads of the file run faster). A hint: file systems that
+  /// cannot reserve ignore it.
+  virtual Status reserve(uint64_t size) {
+    (void)size;
+    return Status::success();
+  }
 };
 
 /// An exclusive claim on a path, held until destroyed.

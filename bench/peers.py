@@ -1,0 +1,274 @@
+#!/usr/bin/env python3
+"""Peers benchmark: our runtime and the other checkpointers on the same tensors, the same
+resources (2 gloo processes, the same writer threads) and the same cache state, interleaved.
+
+Systems (each saves, loads cold and loads warm, round after round, in turn):
+  ours                    fm.Checkpointer over the plan, the job's gloo group as communicator
+  dcp                     torch.distributed.checkpoint, FileSystemWriter() as it comes
+  dcp-best                FileSystemWriter(thread_count=THREADS, single_file_per_rank=True)
+  torch-checkpointing     CheckpointManager, synchronous saver, file_write_max_threads=THREADS
+                          (buffered: its O_DIRECT writer fails on files of odd sizes here)
+Then the async saves (the stall until the call returns, first and repeated): ours save_async,
+dcp.async_save, torch-checkpointing's default (asynchronous) saver with CPU staging.
+
+The peers hold every key of our checkpoint as a Shard(0) DTensor of the same shape and dtype:
+the same bytes. Cold: every file of the checkpoint fsynced and dropped from the page cache
+(posix_fadvise DONTNEED) before the load; warm: the load again right after. Prints one JSON
+line per figure (median over the rounds, with min and max) and a summary. Run with a Python
+that has torch and fsdp_mlir (bench/run peers does).
+
+usage: peers.py PLAN WORKDIR [--threads N] [--rounds N] [--systems a,b,...]
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import time
+import warnings
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from cache import drop_cache  # noqa: E402
+
+SYSTEMS = ["ours", "dcp", "dcp-best", "torch-checkpointing"]
+
+
+def files_under(path):
+    out = []
+    for root, _, names in os.walk(path):
+        out += [os.path.join(root, n) for n in names]
+    return out
+
+
+def barrier_time(fn):
+    """Seconds from a barrier before `fn` to a barrier after it: the slowest rank's time."""
+    dist.barrier()
+    start = time.perf_counter()
+    result = fn()
+    dist.barrier()
+    return time.perf_counter() - start, result
+
+
+def peer_state(metadata, mesh, rank, world):
+    """Every tensor key of our checkpoint as a Shard(0) DTensor (0-d ones replicated)."""
+    from torch.distributed.tensor import DTensor, Shard
+    out = {}
+    for key, meta in metadata.state_dict_metadata.items():
+        if not hasattr(meta, "chunks"):
+            continue
+        size = list(meta.size)
+        if not size:
+            out[key] = torch.zeros((), dtype=meta.properties.dtype)
+            continue
+        rows = -(-size[0] // world)
+        begin, end = min(rank * rows, size[0]), min((rank + 1) * rows, size[0])
+        local = torch.ones([end - begin] + size[1:], dtype=meta.properties.dtype)
+        out[key] = DTensor.from_local(local, mesh, [Shard(0)], run_check=False,
+                                      shape=torch.Size(size), stride=torch.empty(size).stride())
+    return out
+
+
+class Ours:
+    def __init__(self, plan, threads):
+        import fsdp_mlir as fm
+        self.ck = fm.Checkpointer(plan, comm=dist.group.WORLD)
+        self.ck.allocate()
+        self.ck.fill(1)
+        self.threads = threads
+
+    def save(self, path):
+        self.ck.save(path, overwrite=True, threads=self.threads)
+
+    def load(self, path):
+        self.ck.load(path, threads=self.threads)
+
+    def save_async(self, path):
+        return self.ck.save_async(path, overwrite=True, threads=self.threads)
+
+
+class Dcp:
+    def __init__(self, state, threads=None):
+        self.state, self.threads = state, threads
+
+    def save(self, path):
+        import torch.distributed.checkpoint as dcp
+        writer = (dcp.FileSystemWriter(path) if self.threads is None else
+                  dcp.FileSystemWriter(path, thread_count=self.threads, single_file_per_rank=True))
+        dcp.save(self.state, storage_writer=writer)
+
+    def load(self, path):
+        import torch.distributed.checkpoint as dcp
+        dcp.load(self.state, checkpoint_id=path)
+
+    def save_async(self, path):
+        import torch.distributed.checkpoint as dcp
+        writer = dcp.FileSystemWriter(path, thread_count=self.threads or 1,
+                                      single_file_per_rank=True)
+        return dcp.async_save(self.state, storage_writer=writer)
+
+
+class TorchCheckpointing:
+    def __init__(self, state, threads, asynchronous=False):
+        from torch_checkpointing.checkpoint_manager import CheckpointManager
+        from torch_checkpointing.checkpoint_writer import CheckpointWriterConfig
+        from torch_checkpointing.config import (AsyncCheckpointSaverConfig,
+                                                SyncCheckpointSaverConfig)
+        from torch_checkpointing.storage.filesystem import LocalFileSystemStorageConfig
+        writer = CheckpointWriterConfig(file_write_max_threads=threads)
+        save = (AsyncCheckpointSaverConfig(writer_config=writer) if asynchronous
+                else SyncCheckpointSaverConfig(writer_config=writer))
+        # Its O_DIRECT writer fails here (EINVAL closing a file whose tail is not a whole
+        # block): buffered writes, as its fallback would do.
+        self.manager = CheckpointManager(CheckpointManager.Config(
+            save=save, storage_config=LocalFileSystemStorageConfig(use_direct_io=False)))
+        # Its keys are plain names (letters, digits, '-' and '_').
+        self.state = {k.replace(".", "__"): v for k, v in state.items()}
+
+    def save(self, path):
+        future = self.manager.save(path, self.state)
+        if future is not None:
+            future.result()
+
+    def load(self, path):
+        self.manager.load(path, into=self.state)
+
+    def save_async(self, path):
+        future = self.manager.save(path, self.state)
+        # save() returns before its staging copy is done (a thread copies meanwhile, and
+        # manager.lock() makes the optimizer wait for it): the stall lasts until the copy is.
+        staging = getattr(self.manager, "_staging_future", None)
+        if staging is not None:
+            staging.result()
+        return future
+
+
+def drop(path):
+    if dist.get_rank() == 0:
+        drop_cache(files_under(path))
+    dist.barrier()
+
+
+def worker(rank, world, port, plan, work, threads, rounds, systems, out):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.set_num_threads(threads)
+    warnings.simplefilter("ignore")
+    from torch.distributed.device_mesh import init_device_mesh
+    import torch.distributed.checkpoint as dcp
+    mesh = init_device_mesh("cpu", (world,))
+    made = {}
+    ours_dir = os.path.join(work, "ours")
+    made["ours"] = Ours(plan, threads)
+    made["ours"].save(ours_dir)  # its .metadata gives the peers their keys
+    state = peer_state(dcp.FileSystemReader(ours_dir).read_metadata(), mesh, rank, world)
+    nbytes = torch.tensor([sum(t.to_local().nbytes if hasattr(t, "to_local") else
+                               (t.nbytes if rank == 0 else 0) for t in state.values())])
+    dist.all_reduce(nbytes)
+    errors = {}
+    for name in systems:
+        try:
+            if name == "dcp":
+                made[name] = Dcp(state)
+            elif name == "dcp-best":
+                made[name] = Dcp(state, threads)
+            elif name == "torch-checkpointing":
+                made[name] = TorchCheckpointing(state, threads)
+        except Exception as e:  # not installed, or needs what this machine lacks
+            errors[name] = f"{type(e).__name__}: {e}"
+    times = {n: {"save": [], "load_cold": [], "load_warm": []} for n in systems if n in made}
+    for _ in range(rounds):
+        for name in times:
+            path = os.path.join(work, name)
+            if name != "ours" and rank == 0:
+                shutil.rmtree(path, ignore_errors=True)
+            dist.barrier()
+            times[name]["save"].append(barrier_time(lambda: made[name].save(path))[0])
+            drop(path)
+            times[name]["load_cold"].append(barrier_time(lambda: made[name].load(path))[0])
+            times[name]["load_warm"].append(barrier_time(lambda: made[name].load(path))[0])
+    # Async saves: the stall until the call returns, then the wait for the commit.
+    stalls = {}
+    asynchronous = {"ours": made["ours"]}
+    if "dcp-best" in made:
+        asynchronous["dcp"] = made["dcp-best"]
+    if "torch-checkpointing" in made:
+        try:
+            asynchronous["torch-checkpointing"] = TorchCheckpointing(state, threads, True)
+        except Exception as e:
+            errors["torch-checkpointing async"] = f"{type(e).__name__}: {e}"
+    for name, system in asynchronous.items():
+        stalls[name] = []
+        for i in range(3):
+            path = os.path.join(work, f"{name}-async-{i}")
+            if rank == 0:
+                shutil.rmtree(path, ignore_errors=True)
+            stall, handle = barrier_time(lambda: system.save_async(path))
+            (handle.wait if hasattr(handle, "wait") else handle.result)()
+            dist.barrier()
+            stalls[name].append(stall)
+            if rank == 0:
+                shutil.rmtree(path, ignore_errors=True)
+    if rank == 0:
+        out.update(bytes=int(nbytes.item()), times=times, stalls=stalls, errors=errors)
+    dist.destroy_process_group()
+
+
+def spread(values):
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("plan")
+    parser.add_argument("work")
+    parser.add_argument("--threads", type=int, default=min(8, os.cpu_count() or 1))
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--systems", default=",".join(SYSTEMS))
+    args = parser.parse_args()
+    systems = args.systems.split(",")
+    os.makedirs(args.work, exist_ok=True)
+    out = mp.Manager().dict()
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(worker, args=(2, port, args.plan, args.work, args.threads, args.rounds, systems, out),
+             nprocs=2, join=True)
+    gb = out["bytes"] / 1e9
+    settings = {"ours": f"threads={args.threads}", "dcp": "FileSystemWriter() defaults",
+                "dcp-best": f"thread_count={args.threads}, single_file_per_rank=True",
+                "torch-checkpointing": f"sync saver, file_write_max_threads={args.threads}, "
+                                       "use_direct_io=False"}
+    summary = [f"peers: {gb:.2f} GB over 2 gloo processes, {args.rounds} interleaved rounds, "
+               "medians (min-max) in GB/s"]
+    for name, figures in out["times"].items():
+        line = f"  {name:20s}"
+        for figure, seconds in figures.items():
+            rates = [gb / s for s in seconds]
+            s = spread(rates)
+            print(json.dumps({"name": figure, "system": name, "value": round(s["median"], 3),
+                              "min": round(s["min"], 3), "max": round(s["max"], 3),
+                              "unit": "GB/s", "rounds": len(rates), "settings": settings[name],
+                              "cache": figure.partition("_")[2] or None}), flush=True)
+            line += f" {figure} {s['median']:.2f} ({s['min']:.2f}-{s['max']:.2f})"
+        summary.append(line + f"   [{settings[name]}]")
+    for name, stalls in out["stalls"].items():
+        print(json.dumps({"name": "save_stall", "system": name, "first_s": round(stalls[0], 3),
+                          "repeated_s": round(statistics.median(stalls[1:]), 3), "unit": "s"}),
+              flush=True)
+        summary.append(f"  async save stall, {name}: first {stalls[0]:.3f} s, repeated "
+                       f"{statistics.median(stalls[1:]):.3f} s")
+    for name, why in out["errors"].items():
+        print(json.dumps({"name": "skipped", "system": name, "why": why}), flush=True)
+        summary.append(f"  {name}: not measured ({why})")
+    print("\n".join(summary))
+
+
+if __name__ == "__main__":
+    main()
