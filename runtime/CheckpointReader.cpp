@@ -14,6 +14,8 @@ namespace runtime {
 namespace {
 
 constexpr uint64_t kBlock = 1 << 20;
+/// How far ahead of a checked read the file is asked to read.
+constexpr uint64_t kPrefetchBytes = uint64_t(32) << 20;
 
 Error corrupt(std::string message) { return makeError(std::move(message), ErrorKind::Corrupt); }
 
@@ -516,8 +518,14 @@ Status CheckpointReader::readAndCheck(TensorItem &item,
   if (Status status = item.file->read(item.itemOffset, before.data(), before.size()); !status)
     return status;
   hash.update(before.data(), before.size());
+  // The file reads ahead of the hashing: a window of blocks is asked for
+  // before the first is read, and one more block each time one is.
+  item.file->prefetch(item.dataOffset, std::min(kPrefetchBytes, dataBytes));
   for (uint64_t at = 0; at < dataBytes; at += kBlock) {
     uint64_t size = std::min(kBlock, dataBytes - at);
+    if (at + kPrefetchBytes < dataBytes)
+      item.file->prefetch(item.dataOffset + at + kPrefetchBytes,
+                          std::min(kBlock, dataBytes - at - kPrefetchBytes));
     char *block = place(at);
     if (Status status = item.file->read(item.dataOffset + at, block, size); !status)
       return status;

@@ -5,6 +5,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -83,6 +84,13 @@ Result<std::unique_ptr<FileSource>> FileSource::open(const std::string &path) {
 }
 
 FileSource::~FileSource() { ::close(fd_); }
+
+void FileSource::prefetch(uint64_t offset, uint64_t count) const {
+  if (offset < size_ && count)
+    (void)::posix_fadvise(fd_, static_cast<off_t>(offset),
+                          static_cast<off_t>(std::min(count, size_ - offset)),
+                          POSIX_FADV_WILLNEED);
+}
 
 Status FileSource::read(uint64_t offset, void *out, size_t count) const {
   if (offset > size_ || count > size_ - offset)

@@ -38,6 +38,10 @@ public:
     if (!progress_ || (done - reported_.load() <= (256u << 20) && done != total_))
       return Status::success();
     std::lock_guard<std::mutex> lock(mutex_);
+    // The end once, not once per worker that gets there.
+    if (done == total_ && finished_)
+      return Status::success();
+    finished_ = done == total_;
     reported_ = done;
     if (!cancelled_ && !progress_({done, total_, seconds()}))
       cancelled_ = true;
@@ -54,6 +58,7 @@ private:
   uint64_t total_;
   std::chrono::steady_clock::time_point start_;
   std::atomic<uint64_t> reported_{0};
+  bool finished_ = false; // the end was reported (guarded by mutex_)
   std::mutex mutex_;
 };
 

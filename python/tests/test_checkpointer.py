@@ -751,6 +751,8 @@ def test_progress_callback(tmp_path, ck):
     loaded = []
     ck.load(tmp_path / "ck", progress=lambda done, total: loaded.append((done, total)))
     assert loaded and loaded[-1][0] == loaded[-1][1] > 0
+    # The end is told once, not once per worker thread that gets there.
+    assert seen.count(seen[-1]) == 1 and loaded.count(loaded[-1]) == 1
     async_seen = []
     ck.save_async(tmp_path / "ck2", progress=lambda d, t: async_seen.append((d, t))).wait()
     assert async_seen and async_seen[-1][0] == async_seen[-1][1]

@@ -90,6 +90,12 @@ public:
   virtual uint64_t size() const = 0;
   /// Reads exactly `count` bytes at `offset` (the caller stays in bounds).
   virtual Status read(uint64_t offset, void *out, size_t count) const = 0;
+  /// A hint that [offset, offset + count) will be read soon: a file starts
+  /// reading it in the background. Sources in memory ignore it.
+  virtual void prefetch(uint64_t offset, uint64_t count) const {
+    (void)offset;
+    (void)count;
+  }
 };
 
 /// Bytes in memory (not copied; must outlive the source).

@@ -17,6 +17,8 @@ public:
   ~FileSource() override;
   uint64_t size() const override { return size_; }
   Status read(uint64_t offset, void *out, size_t count) const override;
+  /// posix_fadvise(WILLNEED): the kernel queues the reads and returns.
+  void prefetch(uint64_t offset, uint64_t count) const override;
   const std::string &path() const { return path_; }
 
 private:
