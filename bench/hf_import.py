@@ -5,67 +5,30 @@ bytes, measured in the same run.
 The export benchmark's model (231M parameters; saved on 2 ranks) is exported as safetensors
 (f32, then bf16), and loaded back with --from-hf into the 2-rank plan: each rank reads the byte
 ranges of its own pieces (f32: straight into the main weights; bf16: cast to f32 on the way).
-The ceiling: the same file read cold by 2 processes at once, each one half of it front to back
-in 16 MiB blocks (the load's ranks read disjoint halves of the bytes too). Both cold
-(posix_fadvise(DONTNEED) on every file first). Prints one JSON line per figure, then a summary.
+The ceiling: the fastest of bench/checkpoint.py's fio methods (O_DIRECT at queue depth 32 and
+8, buffered) reading the same files at once. Both cold (posix_fadvise(DONTNEED) on every file
+first). Prints one JSON line per figure, then a summary.
 
 usage: bench/hf_import.py [--build DIR] [--workdir DIR] [--keep]
 """
 import argparse
 import json
-import multiprocessing
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
-import time
 
 from cache import drop_cache
-from export import BLOCK, MPIRUN, ROOT, emit, saved_checkpoint
+from checkpoint import best_fio
+from export import MPIRUN, ROOT, emit, saved_checkpoint
 
 
-def _read_range(path, begin, end):
-    with open(path, "rb", buffering=0) as f:
-        f.seek(begin)
-        left = end - begin
-        while left:
-            block = f.read(min(BLOCK, left))
-            if not block:
-                break
-            left -= len(block)
-
-
-def shares_of(files, readers):
-    """Every byte of `files` split into `readers` contiguous shares of (path, begin, end)."""
-    total = sum(os.path.getsize(f) for f in files)
-    share = -(-total // readers)
-    shares, at = [[] for _ in range(readers)], 0
-    for path in files:
-        size, offset = os.path.getsize(path), 0
-        while offset < size:
-            reader = at // share
-            take = min(size - offset, (reader + 1) * share - at)
-            shares[reader].append((path, offset, offset + take))
-            offset += take
-            at += take
-    return shares, total
-
-
-def ceiling(files, readers=2):
-    """(seconds, bytes) for `readers` processes to read every byte of `files` cold, at once."""
-    drop_cache(files)
-    shares, total = shares_of(files, readers)
-    start = time.perf_counter()
-    procs = [multiprocessing.Process(target=lambda rs=rs: [_read_range(*r) for r in rs])
-             for rs in shares]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join()
-        if p.exitcode:
-            sys.exit("bench: a ceiling reader failed")
-    return time.perf_counter() - start, total
+def ceiling(files):
+    """(seconds, bytes, method): the fastest of bench/checkpoint.py's fio methods reading every
+    byte of `files` at once from a dropped cache."""
+    sizes = [os.path.getsize(f) for f in files]
+    seconds, method = best_fio("read", files, sizes, cold_files=files)
+    return seconds, sum(sizes), method
 
 
 def load(tool, plan, hf, stats):
@@ -98,11 +61,11 @@ def main():
                        stdout=subprocess.DEVNULL)
         files = sorted(os.path.join(hf, f) for f in os.listdir(hf) if f.endswith(".safetensors"))
         seconds = load(tool, plan, hf, os.path.join(work, "stats.json"))
-        ceiling_s, size = ceiling(files)
+        ceiling_s, size, method = ceiling(files)
         emit("hf_import", size / seconds / 1e9, size / ceiling_s / 1e9, ceiling_s / seconds,
-             "GB/s", "ceiling", cache="cold", dtype=dtype, bytes=size, ranks=2)
+             "GB/s", "ceiling", cache="cold", dtype=dtype, bytes=size, ranks=2, ceiling=method)
         lines.append(f"--from-hf ({dtype} files, cold, 2 ranks): {size / 1e9:.2f} GB in "
-                     f"{seconds:.2f} s = {size / seconds / 1e9:.2f} GB/s; ceiling (2 readers, "
+                     f"{seconds:.2f} s = {size / seconds / 1e9:.2f} GB/s; ceiling ({method}, "
                      f"same bytes) {ceiling_s:.2f} s = {size / ceiling_s / 1e9:.2f} GB/s; ratio "
                      f"{ceiling_s / seconds:.2f}")
     print("\n".join(lines))
