@@ -342,7 +342,7 @@ Result<LoadResult> loadHuggingFace(const plan::RankPlan &plan, RankBuffers &buff
                                    const HfLoadOptions &options) {
   auto start = std::chrono::steady_clock::now();
   LoadResult result;
-  uint64_t headerBytes = 0, bytesRead = 0;
+  uint64_t storageBytes = 0, bytesRead = 0;
   Status status = Status::success();
   try {
     Result<std::unique_ptr<HfModel>> model = HfModel::open(dir, storage);
@@ -355,7 +355,7 @@ Result<LoadResult> loadHuggingFace(const plan::RankPlan &plan, RankBuffers &buff
     if (!pieces) {
       status = pieces.failure();
     } else {
-      headerBytes = (*model)->headerBytes();
+      storageBytes = (*model)->headerBytes();
       if (options.notice && options.plannedKeys && comm.rank() == options.root) {
         Result<const std::vector<std::string> *> planned = options.plannedKeys();
         if (planned && *planned)
@@ -384,7 +384,7 @@ Result<LoadResult> loadHuggingFace(const plan::RankPlan &plan, RankBuffers &buff
       bytesRead = done.load();
       for (const Piece &piece : *pieces)
         for (const layout::CopyRun &run : piece.runs)
-          headerBytes += static_cast<uint64_t>(run.count) *
+          storageBytes += static_cast<uint64_t>(run.count) *
                          dcp::dtypeInfo(piece.source->entry.dtype).elementSize;
     }
   } catch (const std::bad_alloc &) {
@@ -402,7 +402,7 @@ Result<LoadResult> loadHuggingFace(const plan::RankPlan &plan, RankBuffers &buff
       result.step = 0.0f;
   }
   result.stats.bytes = bytesRead;
-  result.stats.bytesReadStorage = headerBytes; // the headers, then every byte of the pieces
+  result.stats.bytesReadStorage = storageBytes; // the headers, then every byte of the pieces
   result.stats.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   result.stats.stallSeconds = result.stats.seconds;
