@@ -201,16 +201,10 @@ Result<std::vector<Piece>> planPieces(const plan::RankPlan &plan, const HfModel 
       continue;
     Piece piece;
     piece.read = &read;
-    Result<BufferView> view = buffers.get(read.buffer.group, read.buffer.role);
-    if (!view)
-      return propagate(view, read.key + ": " + view.error());
-    uint64_t elementSize = dcp::dtypeInfo(read.dtype).elementSize;
-    if (view->dtype != read.dtype || read.buffer.localOffset < 0 || read.buffer.elements < 0 ||
-        static_cast<uint64_t>(read.buffer.localOffset + read.buffer.elements) * elementSize >
-            view->bytes)
-      return makeError(read.key + ": the plan's piece does not fit its buffer",
-                       ErrorKind::InvalidArgument);
-    piece.bytes = static_cast<uint64_t>(read.buffer.elements) * elementSize;
+    if (Result<BufferView> view = pieceBuffer(read, buffers); !view)
+      return view.failure();
+    piece.bytes =
+        static_cast<uint64_t>(read.buffer.elements) * dcp::dtypeInfo(read.dtype).elementSize;
     if (read.key.rfind(kModelPrefix, 0) == 0) {
       std::string fqn = read.key.substr(6);
       auto found = sources.find(fqn);

@@ -34,6 +34,21 @@ inline Error incompatible(std::string message) {
   return makeError(std::move(message), ErrorKind::Incompatible);
 }
 
+/// The buffer a piece of the plan's reads lands in, checked: its dtype is
+/// the piece's and the piece lies inside it.
+inline Result<BufferView> pieceBuffer(const plan::ReadItem &read, const RankBuffers &buffers) {
+  Result<BufferView> view = buffers.get(read.buffer.group, read.buffer.role);
+  if (!view)
+    return propagate(view, read.key + ": " + view.error());
+  uint64_t elementSize = dcp::dtypeInfo(read.dtype).elementSize;
+  if (view->dtype != read.dtype || read.buffer.localOffset < 0 || read.buffer.elements < 0 ||
+      static_cast<uint64_t>(read.buffer.localOffset + read.buffer.elements) * elementSize >
+          view->bytes)
+    return makeError(read.key + ": the plan's piece does not fit its buffer",
+                     ErrorKind::InvalidArgument);
+  return view;
+}
+
 /// A saved chunk that overlaps the piece being loaded.
 struct Overlap {
   const SavedChunk *chunk;
@@ -97,15 +112,10 @@ public:
                           dcp::dtypeInfo(saved->dtype).name + ", the plan expects " +
                           dcp::dtypeInfo(read.dtype).name);
     const std::vector<SavedChunk> &chunks = planned_[index];
-    Result<BufferView> view = buffers.get(read.buffer.group, read.buffer.role);
+    Result<BufferView> view = pieceBuffer(read, buffers);
     if (!view)
-      return propagate(view, read.key + ": " + view.error());
+      return view.failure();
     uint64_t elementSize = dcp::dtypeInfo(read.dtype).elementSize;
-    if (view->dtype != read.dtype || read.buffer.localOffset < 0 || read.buffer.elements < 0 ||
-        static_cast<uint64_t>(read.buffer.localOffset + read.buffer.elements) * elementSize >
-            view->bytes)
-      return makeError(read.key + ": the plan's piece does not fit its buffer",
-                       ErrorKind::InvalidArgument);
     uint64_t pieceOffset = static_cast<uint64_t>(read.buffer.localOffset) * elementSize;
     uint64_t pieceBytes = static_cast<uint64_t>(read.buffer.elements) * elementSize;
     layout::Box target{read.chunkOffsets, read.chunkSizes};
