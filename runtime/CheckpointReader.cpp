@@ -14,8 +14,6 @@ namespace runtime {
 namespace {
 
 constexpr uint64_t kBlock = 1 << 20;
-/// How far ahead of a checked read the file is asked to read.
-constexpr uint64_t kPrefetchBytes = uint64_t(32) << 20;
 
 Error corrupt(std::string message) { return makeError(std::move(message), ErrorKind::Corrupt); }
 
@@ -51,16 +49,15 @@ Result<std::string> readWholeFile(Storage &storage, const std::string &path, boo
 }
 
 /// xxh3 of [offset, offset + length) of `source`, read in blocks.
-Result<uint64_t> hashRange(const zip::ByteSource &source, uint64_t offset, uint64_t length,
-                           std::string &block) {
-  block.resize(std::max<uint64_t>(block.size(), std::min(kBlock, length)));
+Result<uint64_t> hashRange(const zip::ByteSource &source, uint64_t offset, uint64_t length) {
   integrity::StreamingXxh3 hash;
-  for (uint64_t at = 0; at < length; at += kBlock) {
-    uint64_t count = std::min(kBlock, length - at);
-    if (Status status = source.read(offset + at, block.data(), count); !status)
-      return status.failure();
-    hash.update(block.data(), count);
-  }
+  if (Status status = source.readBlocks(offset, length, nullptr,
+                                        [&](uint64_t, const char *block, size_t size) {
+                                          hash.update(block, size);
+                                          return Status::success();
+                                        });
+      !status)
+    return status.failure();
   return hash.digest();
 }
 
@@ -423,9 +420,8 @@ Result<TensorItem *> CheckpointReader::tensorItem(const std::string &key, const 
   std::string prefix = item->path + ": item " + printable(key) + ": ";
   // A damaged item of ours is reported as what it is: a checksum mismatch.
   auto damaged = [&](const auto &failed) -> Error {
-    std::string block;
     if (item->xxh3) {
-      Result<uint64_t> digest = hashRange(source, where.itemOffset, where.itemLength, block);
+      Result<uint64_t> digest = hashRange(source, where.itemOffset, where.itemLength);
       if (digest && *digest != *item->xxh3)
         return corrupt(item->path + ": checksum mismatch in the item at " +
                        std::to_string(where.itemOffset) + " (" + printable(item->label) +
@@ -485,19 +481,16 @@ Status CheckpointReader::readStorage(TensorItem &item, char *destination) {
     bytesRead_ += dataBytes;
     return item.file->read(item.dataOffset, destination, dataBytes);
   }
-  return readAndCheck(item, [destination](uint64_t at) { return destination + at; });
+  return readAndCheck(item, destination);
 }
 
 Status CheckpointReader::checkItem(TensorItem &item) {
   if (!needsCheck(item))
     return Status::success();
-  // Bounded memory whatever the item's size: one block, reused.
-  std::string block(std::min(kBlock, item.record.storageBytes()), '\0');
-  return readAndCheck(item, [&block](uint64_t) { return block.data(); });
+  return readAndCheck(item, nullptr);
 }
 
-Status CheckpointReader::readAndCheck(TensorItem &item,
-                                      const std::function<char *(uint64_t at)> &place) {
+Status CheckpointReader::readAndCheck(TensorItem &item, char *destination) {
   uint64_t dataBytes = item.record.storageBytes();
   // Counted as read whatever follows: the bytes were asked of storage.
   bytesRead_ += item.xxh3 ? item.itemLength : dataBytes;
@@ -509,7 +502,7 @@ Status CheckpointReader::readAndCheck(TensorItem &item,
   };
   // Ours: xxh3 of the whole item (the zip records around the storage too);
   // PyTorch's: the zip CRC of the storage record. Each block is hashed
-  // while it is hot.
+  // while it is hot; the file reads ahead of the hashing.
   integrity::StreamingXxh3 hash;
   uint32_t crc = 0;
   uint64_t dataBegin = item.dataOffset - item.itemOffset;
@@ -518,22 +511,17 @@ Status CheckpointReader::readAndCheck(TensorItem &item,
   if (Status status = item.file->read(item.itemOffset, before.data(), before.size()); !status)
     return status;
   hash.update(before.data(), before.size());
-  // The file reads ahead of the hashing: a window of blocks is asked for
-  // before the first is read, and one more block each time one is.
-  item.file->prefetch(item.dataOffset, std::min(kPrefetchBytes, dataBytes));
-  for (uint64_t at = 0; at < dataBytes; at += kBlock) {
-    uint64_t size = std::min(kBlock, dataBytes - at);
-    if (at + kPrefetchBytes < dataBytes)
-      item.file->prefetch(item.dataOffset + at + kPrefetchBytes,
-                          std::min(kBlock, dataBytes - at - kPrefetchBytes));
-    char *block = place(at);
-    if (Status status = item.file->read(item.dataOffset + at, block, size); !status)
-      return status;
-    if (item.xxh3)
-      hash.update(block, size);
-    else
-      crc = zip::crc32(block, size, crc);
-  }
+  if (Status status = item.file->readBlocks(
+          item.dataOffset, dataBytes, destination,
+          [&](uint64_t, const char *block, size_t size) {
+            if (item.xxh3)
+              hash.update(block, size);
+            else
+              crc = zip::crc32(block, size, crc);
+            return Status::success();
+          });
+      !status)
+    return status;
   if (Status status = item.file->read(item.dataOffset + dataBytes, after.data(), after.size());
       !status)
     return status;
@@ -685,7 +673,7 @@ Status CheckpointReader::verifyIndexed(std::string &report, size_t &problems) {
         cursor = size;
         continue;
       }
-      Result<uint64_t> digest = hashRange(source, item->offset, item->length, block);
+      Result<uint64_t> digest = hashRange(source, item->offset, item->length);
       if (!digest)
         return digest.failure();
       if (*digest != item->xxh3)

@@ -2,6 +2,7 @@
 #include "LiveItems.h"
 #include "Parallel.h"
 #include "RuntimeSupport.h"
+#include "WriteQueue.h"
 #include "fsdp/Format/ChunkIndex.h"
 #include "fsdp/Format/IntegrityIndex.h"
 #include "fsdp/Format/Zip.h"
@@ -30,6 +31,8 @@ namespace {
 /// 1 MiB ones do not), 2 MiB aligned for huge pages.
 constexpr uint64_t kDirectBlockBytes = uint64_t(8) << 20;
 constexpr uint64_t kDirectBlockAlignment = uint64_t(2) << 20;
+/// Direct writes in flight per file when not told.
+constexpr unsigned kDefaultWriteDepth = 8;
 
 /// Streams one item: header, data, trailer, with CRC32 of the data and xxh3
 /// of the whole item computed block by block while the data is hot.
@@ -41,10 +44,9 @@ struct ItemWriter {
   /// Where buffers the host may not touch are staged: two blocks per item,
   /// one copied out while the other is checksummed and written.
   StagingPool *staging = nullptr;
-  /// For a file opened for direct I/O: this worker's aligned block, which
-  /// every item is assembled in before it is written.
-  char *directBlock = nullptr;
-  uint64_t directBlockBytes = 0;
+  /// For a file opened for direct I/O: the aligned blocks every item is
+  /// assembled in, written while the next ones are filled.
+  WriteQueue *directQueue = nullptr;
   /// The end of the last byte this writer wrote (direct writes round up).
   uint64_t end = 0;
 
@@ -58,18 +60,40 @@ struct ItemWriter {
   Status writeDirect(const plan::WriteItem &item, const zip::ItemLayout *layout,
                      const std::string *payload, const Fill &fill) {
     uint64_t alignment = file.directAlignment();
+    uint64_t directBlockBytes = directQueue->blockBytes();
     if (item.itemOffset % alignment || directBlockBytes % alignment)
       return makeError(item.key + ": item at " + std::to_string(item.itemOffset) +
                            " is not aligned for direct I/O",
                        ErrorKind::Internal);
+    Result<char *> acquired = directQueue->acquire();
+    if (!acquired)
+      return acquired.failure();
+    // The block being filled goes back to the pool if the item fails.
+    struct Held {
+      WriteQueue &queue;
+      char *block;
+      ~Held() {
+        if (block)
+          queue.release(block);
+      }
+    } held{*directQueue, *acquired};
+    char *&directBlock = held.block;
     uint64_t at = item.itemOffset, used = 0;
     auto flush = [&](bool last) -> Status {
       uint64_t size = last ? (used + alignment - 1) / alignment * alignment : used;
+      if (!size)
+        return Status::success();
       std::memset(directBlock + used, 0, size - used);
-      if (Status status = file.writeAt(at, {{directBlock, size}}); !status)
-        return propagate(status, status.error() + " (item " + item.key + ")");
+      directQueue->submit(directBlock, at, size, item.key);
+      directBlock = nullptr;
       at += size;
       used = 0;
+      if (last)
+        return Status::success();
+      Result<char *> next = directQueue->acquire();
+      if (!next)
+        return next.failure();
+      directBlock = *next;
       return Status::success();
     };
     // Copies `size` bytes in by `copy(offset, count, to)`, flushing full blocks.
@@ -132,7 +156,7 @@ struct ItemWriter {
   /// An item from a buffer: straight from its memory when the host may
   /// touch it, else through the staging blocks.
   Status writeTensor(const plan::WriteItem &item, const BufferView &view, uint64_t offset) {
-    if (directBlock && !view.backend->hostAccessible()) {
+    if (directQueue && !view.backend->hostAccessible()) {
       Result<const zip::ItemLayout *> layout = checkedLayout(item);
       if (!layout)
         return layout.failure();
@@ -221,7 +245,7 @@ struct ItemWriter {
       return cached.failure();
     const zip::ItemLayout &layout = **cached;
     const char *bytesIn = static_cast<const char *>(data);
-    if (directBlock)
+    if (directQueue)
       return writeDirect(item, &layout, nullptr, [&](uint64_t at, uint64_t size, char *to) {
         std::memcpy(to, bytesIn + at, size);
         return Status::success();
@@ -248,7 +272,7 @@ struct ItemWriter {
   }
 
   Status writeBytes(const plan::WriteItem &item, const std::string &payload) {
-    if (directBlock)
+    if (directQueue)
       return writeDirect(item, nullptr, &payload, {});
     if (Status status = file.writeAt(item.itemOffset, {{payload.data(), payload.size()}}); !status)
       return propagate(status, status.error() + " (item " + item.key + ")");
@@ -348,17 +372,17 @@ Status writeRankFile(const plan::RankPlan &plan, const RankBuffers &buffers,
     ownPool = std::make_unique<StagingPool>(bytes / (2 * threads), 2 * threads);
     pool = ownPool.get();
   }
-  // Direct I/O: an aligned block per worker, on huge pages where the
-  // kernel gives them (a direct write of pages scattered in memory is cut
-  // into requests of ~1 MiB; huge pages keep them at the device's maximum).
+  // Direct I/O: aligned blocks for every worker to fill and more in
+  // flight, so the device sees a deep queue whatever the worker count.
   uint64_t alignment = (*file)->directAlignment();
-  std::vector<std::unique_ptr<char, decltype(&std::free)>> directBlocks;
-  for (unsigned worker = 0; alignment && worker < threads; ++worker) {
-    void *block = std::aligned_alloc(kDirectBlockAlignment, kDirectBlockBytes);
-    if (!block)
-      return makeError("cannot allocate the direct-I/O blocks", ErrorKind::IO, ENOMEM);
-    ::madvise(block, kDirectBlockBytes, MADV_HUGEPAGE);
-    directBlocks.emplace_back(static_cast<char *>(block), &std::free);
+  std::unique_ptr<WriteQueue> queue;
+  if (alignment) {
+    unsigned depth = options.writeDepth ? options.writeDepth : kDefaultWriteDepth;
+    Result<std::unique_ptr<WriteQueue>> created =
+        WriteQueue::create(**file, depth, threads + depth, kDirectBlockBytes, kDirectBlockAlignment);
+    if (!created)
+      return created.failure();
+    queue = created.take();
   }
   // Device buffers are copied out straight into these blocks: pinned, the
   // copies run at the link's speed (unpinned blocks still work, slower).
@@ -370,20 +394,17 @@ Status writeRankFile(const plan::RankPlan &plan, const RankBuffers &buffers,
         backend->unpinHostMemory(block, kDirectBlockBytes);
     }
   } unpin;
-  if (!buffers.backend().hostAccessible()) {
+  if (queue && !buffers.backend().hostAccessible()) {
     unpin.backend = &buffers.backend();
-    for (auto &block : directBlocks)
-      if (buffers.backend().pinHostMemory(block.get(), kDirectBlockBytes))
-        unpin.blocks.push_back(block.get());
+    for (char *block : queue->blocks())
+      if (buffers.backend().pinHostMemory(block, kDirectBlockBytes))
+        unpin.blocks.push_back(block);
   }
   std::vector<std::unique_ptr<ItemWriter>> writers;
   for (unsigned worker = 0; worker < threads; ++worker) {
     writers.push_back(
         std::make_unique<ItemWriter>(ItemWriter{layouts[worker], **file, found[worker], 0, pool}));
-    if (alignment) {
-      writers.back()->directBlock = directBlocks[worker].get();
-      writers.back()->directBlockBytes = kDirectBlockBytes;
-    }
+    writers.back()->directQueue = queue.get();
   }
   uint64_t total = 0;
   for (const plan::WriteItem &item : plan.writes)
@@ -426,6 +447,9 @@ Status writeRankFile(const plan::RankPlan &plan, const RankBuffers &buffers,
   });
   if (!wrote)
     return wrote;
+  if (queue)
+    if (Status status = queue->drain(); !status)
+      return status;
   for (std::vector<integrity::ItemChecksum> &part : found)
     checksums.insert(checksums.end(), part.begin(), part.end());
   // The index lists items in file order, whatever order they were written in.

@@ -262,6 +262,24 @@ Result<ItemLayout> planArchive(const std::vector<RecordSpec> &records) {
 // Reading
 //===----------------------------------------------------------------------===//
 
+Status ByteSource::readBlocks(uint64_t offset, uint64_t count, char *into,
+                              const BlockConsumer &consume) const {
+  constexpr uint64_t kBlock = 1 << 20, kAhead = uint64_t(32) << 20;
+  std::string spare(into ? 0 : std::min(kBlock, count), '\0');
+  prefetch(offset, std::min(kAhead, count));
+  for (uint64_t at = 0; at < count; at += kBlock) {
+    uint64_t size = std::min(kBlock, count - at);
+    if (at + kAhead < count)
+      prefetch(offset + at + kAhead, std::min(kBlock, count - at - kAhead));
+    char *block = into ? into + at : spare.data();
+    if (Status status = read(offset + at, block, size); !status)
+      return status;
+    if (Status status = consume(at, block, size); !status)
+      return status;
+  }
+  return Status::success();
+}
+
 Status MemorySource::read(uint64_t offset, void *out, size_t count) const {
   if (offset > bytes_.size() || count > bytes_.size() - offset)
     return zipError("read past the end of the buffer");

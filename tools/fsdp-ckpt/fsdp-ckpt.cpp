@@ -150,10 +150,12 @@ int failHere(int64_t rank, int64_t size, const char *command, const Error &error
   return report(command, size > 1 ? "rank " + std::to_string(rank) + ": " : "", error);
 }
 
-/// --threads and --staging-mb (two staging blocks per thread).
-SaveOptions saveOptions(unsigned threads, uint64_t stagingMb, bool bufferedIO) {
+/// --threads, --staging-mb (two staging blocks per thread) and --write-depth.
+SaveOptions saveOptions(unsigned threads, uint64_t stagingMb, bool bufferedIO,
+                        unsigned writeDepth) {
   SaveOptions options;
   options.threads = threads;
+  options.writeDepth = writeDepth;
   options.stagingBytes = stagingMb << 20;
   options.directIO = !bufferedIO;
   return options;
@@ -294,6 +296,7 @@ int run(int argc, char **argv) {
   const char *stagingHelp = "Host staging memory per rank in MiB for device buffers (default 8 "
                             "per thread, at most a 64th of memory)";
   bool bufferedIO = false;
+  unsigned writeDepth = 0;
   std::string device = "cpu", replicaPlane = "auto";
   for (CLI::App *command : {save, load, reshard})
     command
@@ -308,10 +311,15 @@ int run(int argc, char **argv) {
                      "communicator), communicator, nccl (these two also for a group of one: a "
                      "check), or none (every rank reads all it loads)")
         ->check(CLI::IsMember({"auto", "communicator", "nccl", "none"}));
-  for (CLI::App *command : {save, reshard})
+  for (CLI::App *command : {save, reshard}) {
     command->add_flag("--buffered-io", bufferedIO,
                       "Write through the page cache (default: direct I/O where the file system "
                       "takes it)");
+    command
+        ->add_option("--write-depth", writeDepth,
+                     "Direct writes in flight per data file (default 8)")
+        ->check(CLI::Range(1u, 256u));
+  }
   for (CLI::App *command : {save, load, reshard}) {
     command->add_option("--threads", threads, threadsHelp)->check(CLI::Range(1u, 1024u));
     command->add_option("--staging-mb", stagingMb, stagingHelp)
@@ -499,7 +507,7 @@ int run(int argc, char **argv) {
     if (Status status = checkpointer.fill(static_cast<uint32_t>(seed)); !status)
       return failHere(rank, size, command, status.failure());
     for (unsigned round = 0; round < repeat; ++round) {
-      SaveOptions options = saveOptions(threads, stagingMb, bufferedIO);
+      SaveOptions options = saveOptions(threads, stagingMb, bufferedIO, writeDepth);
       options.overwrite = overwrite || round > 0;
       options.step = step;
       if (modelOnly)
@@ -581,7 +589,7 @@ int run(int argc, char **argv) {
   }
 
   // reshard: the source's hyper-parameters and step come along.
-  SaveOptions options = saveOptions(threads, stagingMb, bufferedIO);
+  SaveOptions options = saveOptions(threads, stagingMb, bufferedIO, writeDepth);
   options.overwrite = overwrite;
   options.step = loaded->step.value_or(1.0f);
   options.bytesItems = loaded->bytesItems;

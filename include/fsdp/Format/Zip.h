@@ -28,6 +28,7 @@
 #include "fsdp/Support/Result.h"
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -96,6 +97,16 @@ public:
     (void)offset;
     (void)count;
   }
+  /// Called with each block of a streamed read, in order: its position
+  /// from the start of the read, its bytes (valid during the call), its size.
+  using BlockConsumer = std::function<Status(uint64_t at, const char *bytes, size_t size)>;
+  /// Reads [offset, offset + count) in order, block by block, each block
+  /// handed to `consume` while it is hot (what a checked read hashes).
+  /// With `into` set the bytes also land at `into + at`. A file may read
+  /// ahead of the consumer, with direct I/O on a cold cache; here: blocks of
+  /// 1 MiB, each read ahead of 32 MiB by `prefetch`.
+  virtual Status readBlocks(uint64_t offset, uint64_t count, char *into,
+                            const BlockConsumer &consume) const;
 };
 
 /// Bytes in memory (not copied; must outlive the source).

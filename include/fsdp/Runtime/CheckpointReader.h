@@ -198,9 +198,9 @@ private:
   /// Checks [offset, offset + length) lies in `file`; names the key.
   Status checkBounds(const std::string &key, const std::string &name, uint64_t offset,
                      uint64_t length, uint64_t fileSize) const;
-  /// Reads the storage block by block to `place(offset)` (kBlock bytes
-  /// each), checks it, marks the item checked.
-  Status readAndCheck(TensorItem &item, const std::function<char *(uint64_t at)> &place);
+  /// Reads the whole item block by block and checks it, marking it
+  /// checked; its storage lands at `destination` when that is set.
+  Status readAndCheck(TensorItem &item, char *destination);
   Status checkItemAgainstKey(const TensorItem &item, const std::string &key,
                              const dcp::Dims &sizes) const;
   /// Where bytes item `key` lies.

@@ -4,7 +4,9 @@
 
 #include "fsdp/Format/Zip.h"
 
+#include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 
 namespace fsdp {
@@ -19,14 +21,31 @@ public:
   Status read(uint64_t offset, void *out, size_t count) const override;
   /// posix_fadvise(WILLNEED): the kernel queues the reads and returns.
   void prefetch(uint64_t offset, uint64_t count) const override;
+  /// A large range the page cache does not hold is read with direct I/O,
+  /// a deep queue of aligned blocks in flight (what the device needs to
+  /// reach its rate); a cached one through the cache, as the base does.
+  Status readBlocks(uint64_t offset, uint64_t count, char *into,
+                    const BlockConsumer &consume) const override;
   const std::string &path() const { return path_; }
+  /// Bytes this source has read with direct I/O so far.
+  uint64_t directBytes() const { return directBytes_; }
 
 private:
   FileSource(std::string path, int fd, uint64_t size)
       : path_(std::move(path)), fd_(fd), size_(size) {}
+  /// True when the page cache lacks some of [offset, offset + count).
+  bool cold(uint64_t offset, uint64_t count) const;
+  /// The file reopened for direct I/O; -1 where that cannot be.
+  int directDescriptor() const;
+  Status readDirect(int fd, uint64_t offset, uint64_t count, char *into,
+                    const BlockConsumer &consume) const;
+  Status checkRange(uint64_t offset, uint64_t count) const;
   std::string path_;
   int fd_;
   uint64_t size_;
+  mutable std::once_flag directOpened_;
+  mutable int directFd_ = -1;
+  mutable std::atomic<uint64_t> directBytes_{0};
 };
 
 } // namespace runtime

@@ -1,0 +1,216 @@
+//===- IoTest.cpp - The write queue and direct reads ----------------------===//
+//
+// The save's queue of direct writes (blocks land at their offsets, a failed
+// write stops it and is reported, nothing in flight outlives it) and the
+// cold-cache reads of a file with direct I/O (every byte in order, into
+// the destination or not, and a file that shrinks is an error).
+//
+//===----------------------------------------------------------------------===//
+
+#include "../../runtime/WriteQueue.h"
+#include "fsdp/Runtime/FileSource.h"
+#include "fsdp/Runtime/Storage.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <unistd.h>
+
+using namespace fsdp;
+using namespace fsdp::runtime;
+
+namespace {
+
+std::string tempDir() {
+  const char *base = std::getenv("TMPDIR");
+  std::string pattern = std::string(base ? base : "/tmp") + "/fsdp-io-XXXXXX";
+  return ::mkdtemp(pattern.data()) ? pattern : "";
+}
+
+std::string slurp(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream bytes;
+  bytes << in.rdbuf();
+  return bytes.str();
+}
+
+/// Bytes that differ at every position (a misplaced block shows).
+std::string pattern(uint64_t size, uint32_t seed) {
+  std::string bytes(size, '\0');
+  uint32_t state = seed;
+  for (char &byte : bytes) {
+    state = state * 1664525u + 1013904223u;
+    byte = static_cast<char>(state >> 24);
+  }
+  return bytes;
+}
+
+constexpr uint64_t kBlock = 64 << 10;
+
+TEST(WriteQueue, BlocksLandAtTheirOffsetsInAnyOrder) {
+  std::string dir = tempDir();
+  ASSERT_FALSE(dir.empty());
+  auto storage = createPosixStorage();
+  auto file = storage->createDirect(dir + "/data");
+  ASSERT_TRUE(file) << file.error();
+  std::string expected = pattern(40 * kBlock, 7);
+  {
+    auto queue = WriteQueue::create(**file, 4, 6, kBlock, 4096);
+    ASSERT_TRUE(queue) << queue.error();
+    // Submitted back to front: the offsets, not the order, place them.
+    for (uint64_t block = 40; block-- > 0;) {
+      auto free = (*queue)->acquire();
+      ASSERT_TRUE(free) << free.error();
+      std::memcpy(*free, expected.data() + block * kBlock, kBlock);
+      (*queue)->submit(*free, block * kBlock, kBlock, "block " + std::to_string(block));
+    }
+    // A block taken and given back unwritten is fine.
+    auto spare = (*queue)->acquire();
+    ASSERT_TRUE(spare);
+    (*queue)->release(*spare);
+    ASSERT_TRUE((*queue)->drain());
+  }
+  ASSERT_TRUE((*file)->close());
+  EXPECT_EQ(slurp(dir + "/data"), expected);
+  (void)storage->removeTree(dir);
+}
+
+TEST(WriteQueue, AFailedWriteStopsTheQueueAndNamesTheItem) {
+  std::string dir = tempDir();
+  ASSERT_FALSE(dir.empty());
+  Fault fault;
+  fault.op = Fault::Op::Write;
+  fault.nth = 3;
+  auto storage = createFaultInjectingStorage(createPosixStorage(), fault);
+  auto file = storage->createDirect(dir + "/data");
+  ASSERT_TRUE(file) << file.error();
+  // One I/O thread: the third write is block 2, whatever the timing.
+  auto queue = WriteQueue::create(**file, 1, 3, kBlock, 4096);
+  ASSERT_TRUE(queue) << queue.error();
+  std::string bytes = pattern(kBlock, 1);
+  bool acquireFailed = false;
+  for (uint64_t block = 0; block < 50 && !acquireFailed; ++block) {
+    auto free = (*queue)->acquire();
+    if (!free) {
+      // Once a write has failed, no more blocks are handed out.
+      EXPECT_NE(free.error().find("(injected)"), std::string::npos) << free.error();
+      acquireFailed = true;
+      break;
+    }
+    std::memcpy(*free, bytes.data(), kBlock);
+    (*queue)->submit(*free, block * kBlock, kBlock, "item " + std::to_string(block));
+  }
+  Status drained = (*queue)->drain();
+  ASSERT_FALSE(drained);
+  EXPECT_NE(drained.error().find("write at 131072 failed (injected)"), std::string::npos)
+      << drained.error();
+  EXPECT_NE(drained.error().find("(item item 2)"), std::string::npos) << drained.error();
+  EXPECT_TRUE(acquireFailed);
+  queue->reset(); // joins its threads with writes still queued: none run after
+  (void)storage->removeTree(dir);
+}
+
+/// A file of `size` bytes, written and evicted from the page cache.
+std::string coldFile(const std::string &dir, const std::string &bytes) {
+  std::string path = dir + "/cold";
+  std::ofstream(path, std::ios::binary) << bytes;
+  int fd = ::open(path.c_str(), O_RDONLY);
+  ::fsync(fd);
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+  return path;
+}
+
+TEST(DirectReads, AColdRangeIsReadInOrderIntoTheDestination) {
+  std::string dir = tempDir();
+  ASSERT_FALSE(dir.empty());
+  std::string bytes = pattern(40u << 20, 3);
+  // An unaligned range across many blocks, its end before the file's.
+  uint64_t offset = 12345, count = bytes.size() - offset - 20000;
+  for (bool into : {true, false}) {
+    auto source = FileSource::open(coldFile(dir, bytes));
+    ASSERT_TRUE(source) << source.error();
+    std::string destination(into ? count : 0, '\0'), seen;
+    uint64_t next = 0;
+    Status read = (*source)->readBlocks(
+        offset, count, into ? destination.data() : nullptr,
+        [&](uint64_t at, const char *block, size_t size) {
+          EXPECT_EQ(at, next); // in order, none skipped
+          if (into)
+            EXPECT_EQ(block, destination.data() + at); // hashed where it lands
+          seen.append(block, size);
+          next = at + size;
+          return Status::success();
+        });
+    ASSERT_TRUE(read) << read.error();
+    EXPECT_EQ(next, count);
+    EXPECT_TRUE(seen == bytes.substr(offset, count));
+    if (into)
+      EXPECT_TRUE(destination == bytes.substr(offset, count));
+    if ((*source)->directBytes() == 0)
+      GTEST_SKIP() << "this file system reads through the cache (no O_DIRECT or RWF_NOWAIT)";
+    EXPECT_EQ((*source)->directBytes(), count);
+  }
+  (void)createPosixStorage()->removeTree(dir);
+}
+
+TEST(DirectReads, AWarmRangeIsReadThroughTheCache) {
+  std::string dir = tempDir();
+  ASSERT_FALSE(dir.empty());
+  std::string bytes = pattern(20u << 20, 5);
+  std::string path = dir + "/warm";
+  std::ofstream(path, std::ios::binary) << bytes;
+  auto source = FileSource::open(path);
+  ASSERT_TRUE(source) << source.error();
+  std::string seen;
+  ASSERT_TRUE((*source)->readBlocks(0, bytes.size(), nullptr,
+                                    [&](uint64_t, const char *block, size_t size) {
+                                      seen.append(block, size);
+                                      return Status::success();
+                                    }));
+  EXPECT_TRUE(seen == bytes);
+  EXPECT_EQ((*source)->directBytes(), 0u);
+  (void)createPosixStorage()->removeTree(dir);
+}
+
+TEST(DirectReads, AFileThatShrinksIsAnErrorAndAConsumerErrorStops) {
+  std::string dir = tempDir();
+  ASSERT_FALSE(dir.empty());
+  std::string bytes = pattern(40u << 20, 9);
+  auto source = FileSource::open(coldFile(dir, bytes));
+  ASSERT_TRUE(source) << source.error();
+  ASSERT_EQ(::truncate((dir + "/cold").c_str(), 20 << 20), 0);
+  Status read = (*source)->readBlocks(0, bytes.size(), nullptr,
+                                      [](uint64_t, const char *, size_t) {
+                                        return Status::success();
+                                      });
+  ASSERT_FALSE(read);
+  EXPECT_NE(read.error().find("shrank"), std::string::npos) << read.error();
+
+  auto again = FileSource::open(coldFile(dir, bytes));
+  ASSERT_TRUE(again);
+  uint64_t calls = 0;
+  Status stopped = (*again)->readBlocks(0, bytes.size(), nullptr,
+                                        [&](uint64_t, const char *, size_t) {
+                                          return ++calls == 3 ? Status(makeError("enough"))
+                                                              : Status::success();
+                                        });
+  ASSERT_FALSE(stopped);
+  EXPECT_EQ(stopped.error(), "enough");
+  EXPECT_EQ(calls, 3u);
+  // Past the end: refused before any read.
+  Status past = (*again)->readBlocks(bytes.size() - 10, 20, nullptr,
+                                     [](uint64_t, const char *, size_t) {
+                                       return Status::success();
+                                     });
+  ASSERT_FALSE(past);
+  EXPECT_NE(past.error().find("past the end"), std::string::npos) << past.error();
+  (void)createPosixStorage()->removeTree(dir);
+}
+
+} // namespace
