@@ -595,5 +595,53 @@ bool differsFromCanonical(int64_t tensorOffset, const Shape &shape,
   return false;
 }
 
+//===----------------------------------------------------------------------===//
+// Expert meshes
+//===----------------------------------------------------------------------===//
+
+std::vector<int64_t> ExpertMesh::meshSizes() const {
+  std::vector<int64_t> sizes;
+  for (size_t axis = 0; axis < viewSizes.size(); ++axis)
+    if (static_cast<int64_t>(axis) != expertAxis)
+      sizes.push_back(viewSizes[axis]);
+  return sizes;
+}
+
+int64_t ExpertMesh::expertCoord(int64_t worldRank) const {
+  return rankCoords(worldRank, viewSizes)[expertAxis];
+}
+
+int64_t ExpertMesh::meshRank(int64_t worldRank) const {
+  std::vector<int64_t> coords = rankCoords(worldRank, viewSizes);
+  coords.erase(coords.begin() + expertAxis);
+  return flatRank(coords, meshSizes());
+}
+
+int64_t ExpertMesh::worldRank(int64_t meshRank, int64_t expert) const {
+  std::vector<int64_t> coords = rankCoords(meshRank, meshSizes());
+  coords.insert(coords.begin() + expertAxis, expert);
+  return flatRank(coords, viewSizes);
+}
+
+Status checkExpertMesh(const ExpertMesh &mesh, int64_t worldSize) {
+  if (mesh.expertAxis < 0 || mesh.expertAxis >= static_cast<int64_t>(mesh.viewSizes.size()))
+    return makeError("the expert axis must be one of the view's " +
+                     std::to_string(mesh.viewSizes.size()) + " axes");
+  int64_t product = 1;
+  for (int64_t size : mesh.viewSizes) {
+    if (size < 1)
+      return makeError("every axis of an expert mesh needs a positive size, got " +
+                       std::to_string(size));
+    if (size > worldSize || product * size > worldSize) // no overflow: both <= 2^63 / 2^31
+      return makeError("the expert mesh has more ranks than the world's " +
+                       std::to_string(worldSize));
+    product *= size;
+  }
+  if (product != worldSize)
+    return makeError("the expert mesh's axes multiply out to " + std::to_string(product) +
+                     " ranks but the world mesh has " + std::to_string(worldSize));
+  return Status::success();
+}
+
 } // namespace layout
 } // namespace fsdp

@@ -946,3 +946,35 @@ TEST(LayoutMesh, ShardIndicesMatchShardIndex) {
   }
   EXPECT_EQ(meshes, 4 * 1 + 16 * 2 + 64 * 3);
 }
+
+// Expert meshes (docs/Experts.md): world dp=8 as (edp=2, ep=4); expert
+// groups are runs of consecutive ranks, as Megatron-Core orders them.
+TEST(ExpertMesh, ViewsTheWorldRowMajorWithTheExpertAxisDropped) {
+  fsdp::layout::ExpertMesh mesh{{2, 4}, 1};
+  ASSERT_TRUE(fsdp::layout::checkExpertMesh(mesh, 8));
+  EXPECT_EQ(mesh.meshSizes(), (std::vector<int64_t>{2}));
+  EXPECT_EQ(mesh.expertGroups(), 4);
+  for (int64_t rank = 0; rank < 8; ++rank) {
+    EXPECT_EQ(mesh.expertCoord(rank), rank % 4);
+    EXPECT_EQ(mesh.meshRank(rank), rank / 4);
+    EXPECT_EQ(mesh.worldRank(mesh.meshRank(rank), mesh.expertCoord(rank)), rank);
+  }
+  // HSDP of experts: (erep=2, edp=2, ep=2), the expert axis in the middle too.
+  fsdp::layout::ExpertMesh middle{{2, 2, 2}, 1};
+  EXPECT_EQ(middle.meshSizes(), (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(middle.expertCoord(2), 1);
+  EXPECT_EQ(middle.meshRank(2), 0);
+  EXPECT_EQ(middle.meshRank(5), 3);
+  EXPECT_EQ(fsdp::layout::globalExpert(1, 3, 2), 7);
+}
+
+TEST(ExpertMesh, RefusesViewsThatDoNotFillTheWorld) {
+  EXPECT_FALSE(fsdp::layout::checkExpertMesh({{3, 2}, 1}, 8));
+  EXPECT_FALSE(fsdp::layout::checkExpertMesh({{2, 4}, 2}, 8));
+  EXPECT_FALSE(fsdp::layout::checkExpertMesh({{2, 0}, 0}, 8));
+  EXPECT_FALSE(fsdp::layout::checkExpertMesh({{int64_t(1) << 40, 4}, 1}, 8));
+  fsdp::Status status = fsdp::layout::checkExpertMesh({{3, 2}, 1}, 8);
+  EXPECT_NE(status.error().find("multiply out to 6 ranks but the world mesh has 8"),
+            std::string::npos)
+      << status.error();
+}

@@ -137,6 +137,44 @@ std::vector<int64_t> shardCoords(int64_t shardIndex, const std::vector<int64_t> 
                                  const std::vector<Placement> &placements);
 
 //===----------------------------------------------------------------------===//
+// Expert meshes (docs/Experts.md)
+//===----------------------------------------------------------------------===//
+
+/// A mixture-of-experts layer's experts are fully_shard-ed on a mesh of
+/// their own: the world's flat ranks viewed row-major as `viewSizes` (axis 0
+/// slowest; the product is the world size), the coordinate on `expertAxis`
+/// selecting which experts a rank holds (expert parallelism), the other
+/// axes, in order, the experts' data-parallel mesh. World dp=8 viewed as
+/// (edp=2, ep=4): rank r is at edp = r / 4, ep = r % 4 (expert-parallel
+/// groups are runs of consecutive ranks, as Megatron-Core orders them).
+struct ExpertMesh {
+  std::vector<int64_t> viewSizes;
+  int64_t expertAxis = 0;
+
+  /// The experts' data-parallel mesh: the view without its expert axis.
+  std::vector<int64_t> meshSizes() const;
+  /// Expert-parallel groups: the expert axis's size.
+  int64_t expertGroups() const { return viewSizes[expertAxis]; }
+  /// The expert-parallel coordinate of a world rank.
+  int64_t expertCoord(int64_t worldRank) const;
+  /// A world rank's flat rank in meshSizes() (its expert coordinate dropped).
+  int64_t meshRank(int64_t worldRank) const;
+  /// The world rank at `meshRank` of the experts' mesh in expert group `expert`.
+  int64_t worldRank(int64_t meshRank, int64_t expert) const;
+};
+
+/// Accepts a view whose sizes are >= 1 and multiply out to `worldSize`,
+/// with the expert axis one of them.
+Status checkExpertMesh(const ExpertMesh &mesh, int64_t worldSize);
+
+/// Global expert number of local expert `local` on expert-parallel
+/// coordinate `expert` with `perRank` experts a rank: local + expert * perRank
+/// (Megatron-Core's numbering of its checkpoints).
+inline int64_t globalExpert(int64_t local, int64_t expert, int64_t perRank) {
+  return local + expert * perRank;
+}
+
+//===----------------------------------------------------------------------===//
 // Pieces (docs/MegatronFSDPLayout.md)
 //===----------------------------------------------------------------------===//
 

@@ -29,6 +29,46 @@ std::vector<layout::Placement> fsdp::getLayoutPlacements(FullyShardAttr policy) 
   return placements;
 }
 
+UnitMesh fsdp::getUnitMesh(NNModuleOp unit) {
+  UnitMesh mesh;
+  auto model = unit->getParentOfType<ModelOp>();
+  if (model && model.getMesh())
+    mesh.meshSizes = getLayoutMeshSizes(model.getMesh());
+  ExpertMeshOp experts = unit.getExpertMesh();
+  if (!experts || !model || !model.getMesh())
+    return mesh;
+  layout::ExpertMesh view = experts.getLayoutMesh();
+  // Only a view the world's ranks fill is used; the verifier reports others.
+  if (!layout::checkExpertMesh(view, layout::meshSize(mesh.meshSizes)))
+    return mesh;
+  mesh.meshSizes = view.meshSizes();
+  mesh.experts = std::move(view);
+  return mesh;
+}
+
+NNModuleOp fsdp::findUnit(ModelOp model, StringRef fqn) {
+  NNModuleOp found;
+  if (NNModuleOp root = model ? model.getRootModule() : NNModuleOp())
+    root.walk([&](NNModuleOp module) {
+      if (module.getFullyShard() && module.getFQN() == fqn) {
+        found = module;
+        return WalkResult::interrupt();
+      }
+      return WalkResult::advance();
+    });
+  return found;
+}
+
+UnitMesh fsdp::getGroupMesh(ParamGroupOp group) {
+  auto model = group->getParentOfType<ModelOp>();
+  if (NNModuleOp unit = findUnit(model, group.getUnit()))
+    return getUnitMesh(unit);
+  UnitMesh mesh;
+  if (model && model.getMesh())
+    mesh.meshSizes = getLayoutMeshSizes(model.getMesh());
+  return mesh;
+}
+
 std::vector<layout::Shape> fsdp::getMemberShapes(ParamGroupOp group) {
   std::vector<layout::Shape> shapes;
   for (MemberOp member : group.getBody().getOps<MemberOp>()) {

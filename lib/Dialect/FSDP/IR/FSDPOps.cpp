@@ -139,6 +139,24 @@ NNModuleOp NNModuleOp::getOwningUnit() {
   return {};
 }
 
+ExpertMeshOp NNModuleOp::getExpertMesh() {
+  ExpertsAttr experts = getExpertsAttr();
+  auto model = (*this)->getParentOfType<ModelOp>();
+  if (!experts || !model)
+    return {};
+  return dyn_cast_or_null<ExpertMeshOp>(
+      SymbolTable::lookupSymbolIn(model, experts.getMesh().getAttr()));
+}
+
+layout::ExpertMesh ExpertMeshOp::getLayoutMesh() {
+  layout::ExpertMesh mesh;
+  mesh.viewSizes.assign(getShape().begin(), getShape().end());
+  for (auto [index, name] : llvm::enumerate(getAxisNames()))
+    if (cast<StringAttr>(name).getValue() == getExpertAxis())
+      mesh.expertAxis = static_cast<int64_t>(index);
+  return mesh;
+}
+
 std::string ParamOp::getFQN() {
   return joinFQN(cast<NNModuleOp>((*this)->getParentOp()).getFQN(), getName());
 }

@@ -35,24 +35,31 @@ static LogicalResult verifyComponentName(Operation *op, StringRef kind,
 // MeshOp
 //===----------------------------------------------------------------------===//
 
-LogicalResult MeshOp::verify() {
-  ArrayRef<int64_t> shape = getShape();
+/// Named axes of positive size, the names unique (meshes and expert meshes).
+static LogicalResult verifyMeshAxes(Operation *op, ArrayAttr names, ArrayRef<int64_t> shape) {
   if (shape.empty())
-    return emitOpError() << "mesh must have at least one axis";
-  if (getAxisNames().size() != shape.size())
-    return emitOpError() << "mesh has " << getAxisNames().size()
-                         << " axis names but " << shape.size() << " sizes";
+    return op->emitOpError() << "mesh must have at least one axis";
+  if (names.size() != shape.size())
+    return op->emitOpError() << "mesh has " << names.size() << " axis names but "
+                             << shape.size() << " sizes";
   llvm::StringSet<> seen;
-  for (auto [name, size] : llvm::zip(getAxisNames(), shape)) {
+  for (auto [name, size] : llvm::zip(names, shape)) {
     StringRef axis = llvm::cast<StringAttr>(name).getValue();
     if (axis.empty())
-      return emitOpError() << "mesh axis name must not be empty";
+      return op->emitOpError() << "mesh axis name must not be empty";
     if (!seen.insert(axis).second)
-      return emitOpError() << "duplicate mesh axis name '" << printable(axis) << "'";
+      return op->emitOpError() << "duplicate mesh axis name '" << printable(axis) << "'";
     if (size < 1)
-      return emitOpError() << "mesh axis '" << printable(axis)
-                           << "' must have a positive size, got " << size;
+      return op->emitOpError() << "mesh axis '" << printable(axis)
+                               << "' must have a positive size, got " << size;
   }
+  return success();
+}
+
+LogicalResult MeshOp::verify() {
+  ArrayRef<int64_t> shape = getShape();
+  if (failed(verifyMeshAxes(*this, getAxisNames(), shape)))
+    return failure();
   // Every rank is listed in the lowered IR: keep the world to what a job
   // can have, and its product from overflowing.
   constexpr int64_t kMaxRanks = int64_t(1) << 24;
@@ -62,6 +69,30 @@ LogicalResult MeshOp::verify() {
       return emitOpError() << "mesh has more than " << kMaxRanks << " ranks";
     ranks *= size;
   }
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// ExpertMeshOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult ExpertMeshOp::verify() {
+  if (failed(verifyMeshAxes(*this, getAxisNames(), getShape())))
+    return failure();
+  layout::ExpertMesh view = getLayoutMesh();
+  if (!llvm::is_contained(getAxisNames().getAsValueRange<StringAttr>(), getExpertAxis()))
+    return emitOpError() << "expert axis '" << printable(getExpertAxis())
+                         << "' is not one of its axes";
+  if (getShape().size() < 2)
+    return emitOpError() << "needs an axis besides the expert axis: the experts' data-parallel "
+                            "mesh (e.g. [\"edp\" = 2, \"ep\" = 4] experts \"ep\")";
+  auto model = (*this)->getParentOfType<ModelOp>();
+  MeshOp world = model ? model.getMesh() : MeshOp();
+  if (!world)
+    return success(); // The model verifier reports the missing mesh.
+  if (Status status = layout::checkExpertMesh(view, world.getNumRanks()); !status)
+    return emitOpError() << "is not a view of mesh @" << printable(world.getSymName()) << ": "
+                         << status.error();
   return success();
 }
 
@@ -191,6 +222,144 @@ static LogicalResult verifyUniqueChildNames(NNModuleOp module) {
                  .attachNote(it->second->getLoc())
              << "first defined here";
   }
+  return success();
+}
+
+/// The local expert number a grouped expert parameter's name ends with
+/// (`weight3`: stem `weight`, 3), or nullopt. No leading zeros: `weight03`
+/// would name expert 3 a second time.
+static std::optional<std::pair<StringRef, int64_t>> splitExpertName(StringRef name) {
+  size_t digits = name.size();
+  while (digits > 0 && llvm::isDigit(name[digits - 1]))
+    --digits;
+  StringRef number = name.drop_front(digits);
+  int64_t index;
+  if (number.empty() || digits == 0 || (number.size() > 1 && number.front() == '0') ||
+      number.getAsInteger(10, index))
+    return std::nullopt;
+  return std::make_pair(name.take_front(digits), index);
+}
+
+/// An experts unit (docs/Experts.md): its mesh resolves and fills the world,
+/// its placements fit that mesh, the experts divide among its expert groups,
+/// and the names of its parameters hold each local expert exactly once, every
+/// expert alike, so each global expert is held once per replica.
+static LogicalResult verifyExperts(NNModuleOp unit) {
+  ExpertsAttr experts = unit.getExpertsAttr();
+  FullyShardAttr policy = unit.getFullyShardAttr();
+  if (!policy)
+    return unit.emitOpError() << "has experts but is not a fully_shard unit: experts are "
+                                 "fully_shard-ed on their expert mesh";
+  ExpertMeshOp meshOp = unit.getExpertMesh();
+  if (!meshOp)
+    return unit.emitOpError() << "experts name @" << printable(experts.getMesh().getValue())
+                              << ", which is no 'fsdp.expert_mesh' of the model";
+  layout::ExpertMesh mesh = meshOp.getLayoutMesh();
+  size_t axes = mesh.viewSizes.size() - 1;
+  if (policy.getPlacements().size() != axes)
+    return unit.emitOpError() << "fully_shard has " << policy.getPlacements().size()
+                              << " placements but expert mesh @"
+                              << printable(meshOp.getSymName()) << " has " << axes
+                              << " axes besides its expert axis";
+  int64_t groups = mesh.expertGroups();
+  if (experts.getCount() < 1 || experts.getCount() % groups != 0)
+    return unit.emitOpError() << "has " << experts.getCount() << " experts, which do not divide "
+                              << "among the " << groups << " expert-parallel ranks of @"
+                              << printable(meshOp.getSymName())
+                              << " (the count must be a positive multiple of "
+                              << groups << ")";
+  int64_t perRank = experts.getCount() / groups;
+  std::string unitName = "\"" + printable(unit.getFQN()) + "\"";
+  // Each parameter's path inside the unit with its local expert number
+  // taken out; every path must hold experts 0 .. perRank-1, alike.
+  struct Slot {
+    SmallVector<bool> seen;
+    Type type;
+  };
+  llvm::StringMap<Slot> slots;
+  auto record = [&](ParamOp param, StringRef path, int64_t index) -> LogicalResult {
+    if (param.getTiedTo())
+      return param.emitOpError() << "'" << printable(param.getFQN())
+                                 << "' is an expert parameter and cannot be tied";
+    if (index < 0 || index >= perRank)
+      return param.emitOpError() << "'" << printable(param.getFQN()) << "' is local expert "
+                                 << index << " but each rank holds experts 0 to "
+                                 << perRank - 1 << " (" << experts.getCount() << " over "
+                                 << groups << " expert-parallel ranks)";
+    Slot &slot = slots[path];
+    if (slot.seen.empty()) {
+      slot.seen.assign(perRank, false);
+      slot.type = param.getTensorType();
+    } else if (slot.type != param.getTensorType()) {
+      return param.emitOpError() << "'" << printable(param.getFQN()) << "' has type "
+                                 << param.getTensorType() << " but the other experts' "
+                                 << printable(path) << " have " << slot.type
+                                 << ": every expert must be alike";
+    }
+    slot.seen[index] = true;
+    return success();
+  };
+  bool grouped = experts.getNaming() == ExpertNaming::Grouped;
+  NNModuleOp localExperts;
+  if (!grouped) {
+    for (NNModuleOp child : unit.getBody().getOps<NNModuleOp>())
+      if (child.getName() == "local_experts")
+        localExperts = child;
+    if (!localExperts)
+      return unit.emitOpError() << "names its experts local_experts but has no child module "
+                                   "'local_experts' (one child '<i>' per local expert)";
+  }
+  WalkResult walk = unit.walk([&](Operation *op) -> WalkResult {
+    if (auto module = dyn_cast<NNModuleOp>(op)) {
+      if (module != unit && module.getFullyShard())
+        return module.emitOpError() << "is a fully_shard unit inside experts unit " << unitName
+                                    << ": an experts unit owns all its parameters";
+      return WalkResult::advance();
+    }
+    auto param = dyn_cast<ParamOp>(op);
+    if (!param)
+      return WalkResult::advance();
+    // The FQN below the unit ("a.b.weight0" in unit "a": "b.weight0").
+    std::string unitFQN = unit.getFQN();
+    std::string relative =
+        StringRef(param.getFQN()).drop_front(unitFQN.empty() ? 0 : unitFQN.size() + 1).str();
+    if (grouped) {
+      std::optional<std::pair<StringRef, int64_t>> split = splitExpertName(param.getName());
+      if (!split)
+        return param.emitOpError()
+               << "'" << printable(param.getFQN()) << "' has no local expert number: grouped "
+               << "experts are named <stem><i> (weight0, weight1, ...) without leading zeros";
+      std::string path = relative.substr(0, relative.size() - param.getName().size()) +
+                         split->first.str();
+      return failed(record(param, path, split->second)) ? WalkResult::interrupt()
+                                                        : WalkResult::advance();
+    }
+    // local_experts.<i>.<rest>: the module right below local_experts.
+    Operation *expert = param;
+    while (expert->getParentOp() && expert->getParentOp() != localExperts)
+      expert = expert->getParentOp();
+    int64_t index;
+    auto expertModule = dyn_cast_or_null<NNModuleOp>(expert);
+    if (!expert->getParentOp() || !expertModule ||
+        expertModule.getName().getAsInteger(10, index) ||
+        (expertModule.getName().size() > 1 && expertModule.getName().front() == '0'))
+      return param.emitOpError() << "'" << printable(param.getFQN())
+                                 << "' is not under local_experts.<i> of experts unit "
+                                 << unitName;
+    std::string prefix = expertModule.getFQN() + ".";
+    std::string path = "local_experts.<i>." + StringRef(param.getFQN()).drop_front(prefix.size()).str();
+    return failed(record(param, path, index)) ? WalkResult::interrupt() : WalkResult::advance();
+  });
+  if (walk.wasInterrupted())
+    return failure();
+  if (slots.empty())
+    return unit.emitOpError() << "has experts but no parameters";
+  for (auto &entry : slots)
+    for (int64_t index = 0; index < perRank; ++index)
+      if (!entry.getValue().seen[index])
+        return unit.emitOpError() << "lacks local expert " << index << " of "
+                                  << printable(entry.getKey()) << ": each rank holds experts "
+                                  << "0 to " << perRank - 1 << ", each exactly once";
   return success();
 }
 
@@ -324,8 +493,11 @@ LogicalResult ModelOp::verifyRegions() {
         if (auto module = dyn_cast<NNModuleOp>(op)) {
           if (failed(verifyUniqueChildNames(module)))
             return WalkResult::interrupt();
-          if (FullyShardAttr unit = module.getFullyShardAttr();
-              unit && unit.getPlacements().size() != meshRank)
+          if (module.getExpertsAttr()) {
+            if (failed(verifyExperts(module)))
+              return WalkResult::interrupt();
+          } else if (FullyShardAttr unit = module.getFullyShardAttr();
+                     unit && unit.getPlacements().size() != meshRank)
             return module.emitOpError()
                    << "fully_shard has " << unit.getPlacements().size() << " placements but mesh @"
                    << printable(mesh.getSymName()) << " has " << meshRank << " axes";
@@ -436,11 +608,15 @@ LogicalResult ParamGroupOp::verifyRegions() {
   MeshOp mesh = model ? model.getMesh() : MeshOp();
   if (!mesh)
     return success(); // The model verifier reports the missing mesh.
-  std::vector<int64_t> meshSizes = getLayoutMeshSizes(mesh);
+  // The unit's mesh: the world's, or an expert mesh without its expert axis.
+  UnitMesh unitMesh = getGroupMesh(*this);
+  const std::vector<int64_t> &meshSizes = unitMesh.meshSizes;
   std::vector<layout::Placement> placements = getLayoutPlacements(getPolicy());
   if (Status status = layout::checkPlacements(meshSizes, placements); !status)
-    return emitOpError() << "policy does not fit mesh @" << printable(mesh.getSymName()) << ": "
-                         << status.error();
+    return emitOpError() << "policy does not fit "
+                         << (unitMesh.experts ? "its unit's expert mesh" : "mesh @" +
+                                                    printable(mesh.getSymName()))
+                         << ": " << status.error();
 
   SmallVector<MemberOp> members = llvm::to_vector(getBody().getOps<MemberOp>());
   for (MemberOp member : members)
@@ -506,13 +682,14 @@ LogicalResult ParamGroupOp::verifyRegions() {
                          << numShards << " shards (expected " << shardSize
                          << ")";
   ArrayRef<int64_t> ranks = *getRanks();
-  int64_t numRanks = layout::meshSize(meshSizes);
+  // One range per world rank, whatever mesh the unit is sharded on.
+  int64_t numRanks = mesh.getNumRanks();
   if (static_cast<int64_t>(ranks.size()) != numRanks)
     return emitOpError() << "ranks lists " << ranks.size() << " ranges but mesh @"
                          << printable(mesh.getSymName()) << " has " << numRanks << " ranks";
   std::vector<int64_t> shardOfRank = layout::shardIndices(meshSizes, placements);
   for (int64_t rank = 0; rank < numRanks; ++rank) {
-    int64_t expectedBegin = shardOfRank[rank] * shardSize;
+    int64_t expectedBegin = shardOfRank[unitMesh.meshRank(rank)] * shardSize;
     if (ranks[rank] != expectedBegin)
       return emitOpError() << "rank " << rank << " range begins at "
                            << ranks[rank] << ", but the mesh and placements "

@@ -17,8 +17,7 @@ struct AssignRankRangesPass
     : public fsdp::impl::AssignRankRangesBase<AssignRankRangesPass> {
   void runOnOperation() override {
     ModelOp model = getOperation();
-    std::vector<int64_t> meshSizes = getLayoutMeshSizes(model.getMesh());
-    int64_t numRanks = layout::meshSize(meshSizes);
+    int64_t numRanks = layout::meshSize(getLayoutMeshSizes(model.getMesh()));
     Builder builder(model.getContext());
     for (ParamGroupOp group : model.getBody().getOps<ParamGroupOp>()) {
       if (!group.getChunk()) {
@@ -28,15 +27,19 @@ struct AssignRankRangesPass
       }
       std::vector<layout::Placement> placements =
           getLayoutPlacements(group.getPolicy());
+      // Every world rank's range, from its rank in the unit's mesh (an
+      // expert mesh for experts: each expert group holds its own experts
+      // in the same layout).
+      UnitMesh mesh = getGroupMesh(group);
       int64_t size = *group.getSize();
-      int64_t numShards = layout::numShards(meshSizes, placements);
+      int64_t numShards = layout::numShards(mesh.meshSizes, placements);
       int64_t shardSize = size / numShards;
 
       std::vector<int64_t> shardOfRank =
-          layout::shardIndices(meshSizes, placements);
+          layout::shardIndices(mesh.meshSizes, placements);
       SmallVector<int64_t> rankBegins(numRanks);
       for (int64_t rank = 0; rank < numRanks; ++rank)
-        rankBegins[rank] = shardOfRank[rank] * shardSize;
+        rankBegins[rank] = shardOfRank[mesh.meshRank(rank)] * shardSize;
       group.setShardSizeAttr(builder.getI64IntegerAttr(shardSize));
       group.setRanksAttr(builder.getDenseI64ArrayAttr(rankBegins));
       group.setBuffersAttr(getExpectedBuffers(group, model.getOptimizer()));

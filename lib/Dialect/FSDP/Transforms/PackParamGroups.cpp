@@ -17,13 +17,14 @@ struct PackParamGroupsPass
     : public fsdp::impl::PackParamGroupsBase<PackParamGroupsPass> {
   void runOnOperation() override {
     ModelOp model = getOperation();
-    // Megatron-FSDP pads to chunk x the product of ALL mesh axes, replicated
-    // ones included, so the layout is the same for FSDP, HSDP and HFSDP.
-    int64_t dpSize = layout::meshSize(getLayoutMeshSizes(model.getMesh()));
     Builder builder(model.getContext());
     for (ParamGroupOp group : model.getBody().getOps<ParamGroupOp>()) {
       if (group.getChunk())
         continue; // Already packed; the verifier checks it.
+      // Megatron-FSDP pads to chunk x the product of ALL the unit's mesh
+      // axes, replicated ones included, so the layout is the same for FSDP,
+      // HSDP and HFSDP; experts pad to their own mesh's size.
+      int64_t dpSize = layout::meshSize(getGroupMesh(group).meshSizes);
       Result<layout::PackedLayout> packed =
           layout::packGroup(getMemberShapes(group), dpSize);
       if (!packed) {

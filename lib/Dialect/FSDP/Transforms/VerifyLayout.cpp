@@ -59,14 +59,17 @@ struct VerifyLayoutPass
         return signalPassFailure();
       }
       if (reportCanonicalMismatch)
-        reportMismatches(model, group);
+        reportMismatches(group);
     }
   }
 
   /// A remark per member whose true rows differ, on some rank, from what a
   /// DTensor with canonical Shard(0) chunking assumes.
-  void reportMismatches(ModelOp model, ParamGroupOp group) {
-    std::vector<int64_t> meshSizes = getLayoutMeshSizes(model.getMesh());
+  void reportMismatches(ParamGroupOp group) {
+    // Ranks of the unit's mesh (an expert mesh for experts): rank r there
+    // is the world rank with that mesh rank in expert group 0.
+    UnitMesh mesh = getGroupMesh(group);
+    const std::vector<int64_t> &meshSizes = mesh.meshSizes;
     std::vector<layout::Placement> placements =
         getLayoutPlacements(group.getPolicy());
     int64_t numRanks = layout::meshSize(meshSizes);
@@ -78,7 +81,8 @@ struct VerifyLayoutPass
       SmallVector<int64_t> trueRows, canonicalRows;
       bool differs = false;
       for (int64_t rank = 0; rank < numRanks; ++rank) {
-        layout::Range range{ranks[rank], ranks[rank] + shardSize};
+        int64_t world = mesh.experts ? mesh.experts->worldRank(rank, 0) : rank;
+        layout::Range range{ranks[world], ranks[world] + shardSize};
         int64_t rows = layout::pieceOf(*member.getOffset(), shape, range).rows;
         int64_t canonical =
             layout::canonicalRowsForCoords(dims[0], meshSizes,

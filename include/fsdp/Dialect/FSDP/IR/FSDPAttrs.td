@@ -32,6 +32,29 @@ def FSDP_FullyShardAttr : FSDP_Attr<"FullyShard", "fully_shard"> {
   let genVerifyDecl = 1;
 }
 
+def FSDP_ExpertsAttr : FSDP_Attr<"Experts", "experts"> {
+  let summary = "a module of experts: its expert mesh, expert count and naming";
+  let description = [{
+    Marks a `fully_shard` unit as the experts of a mixture-of-experts layer
+    (docs/Experts.md). `mesh` names an `fsdp.expert_mesh`: the unit's
+    placements are those of the view's axes without the expert axis, and
+    the expert-parallel coordinate selects the `count / (expert axis size)`
+    experts a rank holds. The module's parameters are those of one rank,
+    under local names: `grouped` names each parameter `<stem><i>` for local
+    expert `i` (Megatron-Core's grouped GEMM, `weight0`, `weight1`, ...);
+    `local_experts` puts each local expert's parameters under the child
+    `local_experts.<i>`. Checkpoint keys carry the global number
+    `i + coordinate * (experts per rank)`.
+
+    ```mlir
+    #fsdp.experts<@experts, count = 8, grouped>
+    ```
+  }];
+  let parameters = (ins "::mlir::FlatSymbolRefAttr":$mesh, "int64_t":$count,
+                        EnumParameter<FSDP_ExpertNaming>:$naming);
+  let assemblyFormat = "`<` $mesh `,` `count` `=` $count `,` $naming `>`";
+}
+
 def FSDP_BufferAttr : FSDP_Attr<"Buffer", "buffer"> {
   let summary = "one packed buffer of a parameter group: its role and dtype";
   let description = [{

@@ -53,6 +53,14 @@ def FSDP_BufferRole : I32EnumAttr<"BufferRole", "role of a packed parameter-grou
   let genSpecializedAttr = 0;
 }
 
+def FSDP_ExpertNaming : I32EnumAttr<"ExpertNaming", "how local experts are named", [
+    I32EnumAttrCase<"Grouped", 0, "grouped">,
+    I32EnumAttrCase<"LocalExperts", 1, "local_experts">
+  ]> {
+  let cppNamespace = "::fsdp";
+  let genSpecializedAttr = 0;
+}
+
 def FSDP_BufferRoleAttr : EnumAttr<FSDP_Dialect, FSDP_BufferRole, "buffer_role">;
 
 #endif // FSDP_DIALECT_FSDP_IR_FSDPBASE_TD

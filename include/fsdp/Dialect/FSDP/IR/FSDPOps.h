@@ -12,8 +12,14 @@
 #include "fsdp/Dialect/FSDP/IR/FSDPAttrs.h"
 #include "fsdp/Dialect/FSDP/IR/FSDPDialect.h"
 
+#include "fsdp/Layout/Layout.h"
+#include "llvm/ADT/StringMap.h"
+
+#include <optional>
+
 namespace fsdp {
 class MeshOp;
+class ExpertMeshOp;
 class OptimizerOp;
 class NNModuleOp;
 } // namespace fsdp
@@ -21,14 +27,31 @@ class NNModuleOp;
 #define GET_OP_CLASSES
 #include "fsdp/Dialect/FSDP/IR/FSDPOps.h.inc"
 
-#include "fsdp/Layout/Layout.h"
-#include "llvm/ADT/StringMap.h"
-
 namespace fsdp {
 /// The mesh and placements in the layout library's terms (the one source of
 /// truth for the layout math).
 std::vector<int64_t> getLayoutMeshSizes(MeshOp mesh);
 std::vector<layout::Placement> getLayoutPlacements(FullyShardAttr policy);
+
+/// The mesh a unit's placements apply to: the world's, or for the experts of
+/// a mixture-of-experts layer their expert mesh without its expert axis
+/// (docs/Experts.md). World ranks map to ranks of that mesh.
+struct UnitMesh {
+  std::vector<int64_t> meshSizes;
+  std::optional<layout::ExpertMesh> experts;
+  /// A world rank's flat rank in meshSizes.
+  int64_t meshRank(int64_t worldRank) const {
+    return experts ? experts->meshRank(worldRank) : worldRank;
+  }
+};
+/// The unit's mesh; the world's when its expert mesh does not resolve (the
+/// verifier reports that).
+UnitMesh getUnitMesh(NNModuleOp unit);
+/// The fully_shard unit a group names, or null.
+NNModuleOp findUnit(ModelOp model, llvm::StringRef fqn);
+/// The mesh of the group's unit (the world's when the unit is not found).
+UnitMesh getGroupMesh(ParamGroupOp group);
+
 /// Shapes of a group's members, in member order.
 std::vector<layout::Shape> getMemberShapes(ParamGroupOp group);
 

@@ -73,6 +73,33 @@ def FSDP_MeshOp : FSDP_Op<"mesh", [Symbol, HasParent<"ModelOp">]> {
   }];
 }
 
+def FSDP_ExpertMeshOp : FSDP_Op<"expert_mesh", [Symbol, HasParent<"ModelOp">]> {
+  let summary = "the world's ranks viewed as an expert-parallel mesh";
+  let description = [{
+    The ranks of the model's `fsdp.mesh`, viewed row-major (axis 0 slowest)
+    as these axes, whose sizes multiply out to the world size. The axis
+    named by `experts` is expert parallelism: its coordinate selects which
+    experts a rank holds. The other axes, in order, are the data-parallel
+    mesh of the units that name this mesh in their `experts` attribute
+    (docs/Experts.md). World `dp = 8` as `edp = 2, ep = 4`: rank r has
+    edp = r / 4 and ep = r % 4, Megatron-Core's order of expert groups.
+
+    ```mlir
+    fsdp.expert_mesh @experts ["edp" = 2, "ep" = 4] experts "ep"
+    ```
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name, StrArrayAttr:$axis_names,
+                       DenseI64ArrayAttr:$shape, StrAttr:$expert_axis);
+  let assemblyFormat = [{
+    $sym_name custom<MeshAxes>($axis_names, $shape) `experts` $expert_axis attr-dict
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The view in the layout library's terms (the expert axis by index).
+    ::fsdp::layout::ExpertMesh getLayoutMesh();
+  }];
+}
+
 def FSDP_OptimizerOp : FSDP_Op<"optimizer", [HasParent<"ModelOp">]> {
   let summary = "the optimizer: kind, hyper-parameters and state dtype";
   let description = [{
@@ -130,10 +157,11 @@ def FSDP_NNModuleOp : FSDP_Op<"module", [
     }
     ```
   }];
-  let arguments = (ins StrAttr:$name, OptionalAttr<FSDP_FullyShardAttr>:$fully_shard);
+  let arguments = (ins StrAttr:$name, OptionalAttr<FSDP_FullyShardAttr>:$fully_shard,
+                       OptionalAttr<FSDP_ExpertsAttr>:$experts);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{
-    $name (`fully_shard` $fully_shard^)? attr-dict-with-keyword $body
+    $name (`fully_shard` $fully_shard^)? (`experts` $experts^)? attr-dict-with-keyword $body
   }];
   let hasVerifier = 1;
   let skipDefaultBuilders = 1;
@@ -145,6 +173,8 @@ def FSDP_NNModuleOp : FSDP_Op<"module", [
     std::string getFQN();
     /// The closest enclosing-or-self fully_shard unit, or null.
     NNModuleOp getOwningUnit();
+    /// The expert mesh its `experts` attribute names, or null.
+    ExpertMeshOp getExpertMesh();
   }];
 }
 
