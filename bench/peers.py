@@ -8,14 +8,20 @@ Systems (each saves, loads cold and loads warm, round after round, in turn):
   dcp-best                FileSystemWriter(thread_count=THREADS, single_file_per_rank=True)
   torch-checkpointing     CheckpointManager, synchronous saver, file_write_max_threads=THREADS
                           (buffered: its O_DIRECT writer fails on files of odd sizes here)
+  bytecheckpoint          ByteCheckpoint 0.0.2 (PyPI; it pins torch<=2.5 but runs on this
+                          torch on CPU), framework="fsdp2", its defaults: it saves a model and
+                          optimizer, so an FSDP2 module with parameters of our model keys'
+                          shapes and Adam's two moments (the same bytes as ours)
 Then the async saves (the stall until the call returns, first and repeated): ours save_async,
-dcp.async_save, torch-checkpointing's default (asynchronous) saver with CPU staging.
+dcp.async_save, torch-checkpointing's default (asynchronous) saver with CPU staging,
+ByteCheckpoint's fast_saving=True.
 
 The peers hold every key of our checkpoint as a Shard(0) DTensor of the same shape and dtype:
 the same bytes. Cold: every file of the checkpoint fsynced and dropped from the page cache
-(posix_fadvise DONTNEED) before the load; warm: the load again right after. Prints one JSON
-line per figure (median over the rounds, with min and max) and a summary. Run with a Python
-that has torch and fsdp_mlir (bench/run peers does).
+(posix_fadvise DONTNEED) before the load; warm: every file read through the page cache
+before the load. Prints one JSON line per figure (median over the rounds, with min and max)
+and a summary. Run with a Python that has torch and fsdp_mlir (bench/run peers does; it
+installs ByteCheckpoint beside the venv and names it in FSDP_BYTECHECKPOINT_DIR).
 
 usage: peers.py PLAN WORKDIR [--threads N] [--rounds N] [--systems a,b,...]
 """
@@ -34,9 +40,9 @@ import torch.multiprocessing as mp
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from cache import drop_cache  # noqa: E402
+from cache import drop_cache, warm_cache  # noqa: E402
 
-SYSTEMS = ["ours", "dcp", "dcp-best", "torch-checkpointing"]
+SYSTEMS = ["ours", "dcp", "dcp-best", "torch-checkpointing", "bytecheckpoint"]
 
 
 def files_under(path):
@@ -148,9 +154,59 @@ class TorchCheckpointing:
         return future
 
 
+class ByteCheckpoint:
+    """ByteCheckpoint saves a framework's model and optimizer, not a dict of tensors: an FSDP2
+    module whose parameters have the shapes of our model keys, fully_shard-ed on the same mesh,
+    with Adam's two moments for each (the same bytes as our checkpoint's weights and moments)."""
+
+    def __init__(self, state, mesh, asynchronous=False):
+        packages = os.environ.get("FSDP_BYTECHECKPOINT_DIR")
+        if packages and packages not in sys.path:
+            sys.path.append(packages)  # after the venv's: its torch and numpy win
+        import bytecheckpoint
+        from torch.distributed.fsdp import fully_shard
+        self.bcp, self.asynchronous = bytecheckpoint, asynchronous
+        # Built on the meta device and sharded before any memory is taken: whole tensors on
+        # every rank beside the other systems' state ran this machine out of memory.
+        with torch.device("meta"):
+            model = torch.nn.Module()
+            for i, (key, tensor) in enumerate(sorted(state.items())):
+                if key.startswith("model.") and tensor.dim():
+                    model.register_parameter(f"p{i}", torch.nn.Parameter(torch.empty(tensor.shape)))
+        fully_shard(model, mesh=mesh)
+        model.to_empty(device="cpu")
+        with torch.no_grad():
+            for parameter in model.parameters():
+                parameter.fill_(1.0)
+        self.optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+        for parameter in model.parameters():
+            parameter.grad = torch.zeros_like(parameter)
+        self.optimizer.step()  # creates both moments
+        self.optimizer.zero_grad()
+        self.model = model
+
+    def save(self, path):
+        self.bcp.save(path, {"model": self.model, "optimizer": self.optimizer}, framework="fsdp2",
+                      fast_saving=self.asynchronous, global_steps=1,
+                      ignore_append_global_steps_to_folder=True)
+
+    def load(self, path):
+        self.bcp.load(path, {"model": self.model, "optimizer": self.optimizer}, framework="fsdp2")
+
+    def save_async(self, path):
+        self.save(path)  # fast_saving=True returns once the bytes are staged (or written)
+        return None
+
+
 def drop(path):
     if dist.get_rank() == 0:
         drop_cache(files_under(path))
+    dist.barrier()
+
+
+def warm(path):
+    if dist.get_rank() == 0:
+        warm_cache(files_under(path))
     dist.barrier()
 
 
@@ -179,6 +235,8 @@ def worker(rank, world, port, plan, work, threads, rounds, systems, out):
                 made[name] = Dcp(state, threads)
             elif name == "torch-checkpointing":
                 made[name] = TorchCheckpointing(state, threads)
+            elif name == "bytecheckpoint":
+                made[name] = ByteCheckpoint(state, mesh)
         except Exception as e:  # not installed, or needs what this machine lacks
             errors[name] = f"{type(e).__name__}: {e}"
     times = {n: {"save": [], "load_cold": [], "load_warm": []} for n in systems if n in made}
@@ -191,6 +249,7 @@ def worker(rank, world, port, plan, work, threads, rounds, systems, out):
             times[name]["save"].append(barrier_time(lambda: made[name].save(path))[0])
             drop(path)
             times[name]["load_cold"].append(barrier_time(lambda: made[name].load(path))[0])
+            warm(path)
             times[name]["load_warm"].append(barrier_time(lambda: made[name].load(path))[0])
     # Async saves: the stall until the call returns, then the wait for the commit.
     stalls = {}
@@ -202,6 +261,11 @@ def worker(rank, world, port, plan, work, threads, rounds, systems, out):
             asynchronous["torch-checkpointing"] = TorchCheckpointing(state, threads, True)
         except Exception as e:
             errors["torch-checkpointing async"] = f"{type(e).__name__}: {e}"
+    if "bytecheckpoint" in made:
+        try:
+            asynchronous["bytecheckpoint"] = ByteCheckpoint(state, mesh, asynchronous=True)
+        except Exception as e:
+            errors["bytecheckpoint async"] = f"{type(e).__name__}: {e}"
     for name, system in asynchronous.items():
         stalls[name] = []
         for i in range(3):
@@ -209,7 +273,8 @@ def worker(rank, world, port, plan, work, threads, rounds, systems, out):
             if rank == 0:
                 shutil.rmtree(path, ignore_errors=True)
             stall, handle = barrier_time(lambda: system.save_async(path))
-            (handle.wait if hasattr(handle, "wait") else handle.result)()
+            if handle is not None:
+                (handle.wait if hasattr(handle, "wait") else handle.result)()
             dist.barrier()
             stalls[name].append(stall)
             if rank == 0:
@@ -244,7 +309,9 @@ def main():
     settings = {"ours": f"threads={args.threads}", "dcp": "FileSystemWriter() defaults",
                 "dcp-best": f"thread_count={args.threads}, single_file_per_rank=True",
                 "torch-checkpointing": f"sync saver, file_write_max_threads={args.threads}, "
-                                       "use_direct_io=False"}
+                                       "use_direct_io=False",
+                "bytecheckpoint": "0.0.2, framework=fsdp2, its defaults (an FSDP2 module and "
+                                  "Adam holding the same bytes)"}
     summary = [f"peers: {gb:.2f} GB over 2 gloo processes, {args.rounds} interleaved rounds, "
                "medians (min-max) in GB/s"]
     for name, figures in out["times"].items():

@@ -1,13 +1,19 @@
-//===- memcpy_xxh3.cpp - The warm load's limit: copy and checksum ---------===//
+//===- memcpy_xxh3.cpp - The warm load's limits: copy and checksum --------===//
 //
 // A warm load copies each item from the page cache into the buffers and
-// checks its xxh3; nothing can do less. This program times exactly that on
-// memory of its own: BYTES copied in 8 MiB blocks from one buffer into
-// another by THREADS threads, each block hashed right after its copy (while
-// it is in cache), both buffers touched before the clock starts. Prints the
-// seconds; bench/checkpoint.py runs one per rank at once.
+// checks its xxh3; nothing can do less. This program times that two ways:
 //
 //   fsdp-bench-memcpy-xxh3 BYTES THREADS
+//     BYTES copied in 8 MiB blocks from one buffer of its own into another
+//     by THREADS threads, each block hashed right after its copy (while it
+//     is in cache), both buffers touched before the clock starts: the
+//     bar, memory to memory.
+//   fsdp-bench-memcpy-xxh3 --pread FILE THREADS
+//     FILE (in the page cache) read by pread in 1 MiB blocks into a touched
+//     buffer by THREADS threads, each block hashed after it lands: what the
+//     kernel's copy out of the cache costs.
+//
+// Prints the seconds; bench/checkpoint.py runs one per rank at once.
 //
 //===----------------------------------------------------------------------===//
 #include "fsdp/Format/IntegrityIndex.h"
@@ -17,32 +23,56 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fcntl.h>
 #include <string>
+#include <sys/stat.h>
 #include <thread>
+#include <unistd.h>
 #include <vector>
 
 int main(int argc, char **argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: fsdp-bench-memcpy-xxh3 BYTES THREADS\n");
+  bool fromFile = argc == 4 && std::string(argv[1]) == "--pread";
+  if (argc != 3 && !fromFile) {
+    std::fprintf(stderr, "usage: fsdp-bench-memcpy-xxh3 BYTES THREADS\n"
+                         "       fsdp-bench-memcpy-xxh3 --pread FILE THREADS\n");
     return 2;
   }
-  uint64_t bytes = std::strtoull(argv[1], nullptr, 10);
-  unsigned threads = static_cast<unsigned>(std::strtoul(argv[2], nullptr, 10));
+  int fd = -1;
+  uint64_t bytes = 0;
+  if (fromFile) {
+    fd = ::open(argv[2], O_RDONLY | O_CLOEXEC);
+    struct stat info;
+    if (fd < 0 || ::fstat(fd, &info) != 0) {
+      std::fprintf(stderr, "fsdp-bench-memcpy-xxh3: cannot open %s\n", argv[2]);
+      return 2;
+    }
+    bytes = static_cast<uint64_t>(info.st_size);
+  } else {
+    bytes = std::strtoull(argv[1], nullptr, 10);
+  }
+  unsigned threads = static_cast<unsigned>(std::strtoul(argv[argc - 1], nullptr, 10));
   if (!bytes || !threads || threads > 1024) {
     std::fprintf(stderr, "fsdp-bench-memcpy-xxh3: BYTES and THREADS must be positive\n");
     return 2;
   }
-  constexpr uint64_t kBlock = uint64_t(8) << 20;
-  std::vector<char> source(bytes, 1), destination(bytes, 2);
+  const uint64_t block = fromFile ? uint64_t(1) << 20 : uint64_t(8) << 20;
+  std::vector<char> source(fromFile ? 0 : bytes, 1), destination(bytes, 2);
   std::atomic<uint64_t> next{0}, sink{0};
+  std::atomic<bool> failed{false};
   auto start = std::chrono::steady_clock::now();
   std::vector<std::thread> workers;
   for (unsigned t = 0; t < threads; ++t)
     workers.emplace_back([&] {
       uint64_t digest = 0;
-      for (uint64_t at; (at = next.fetch_add(kBlock)) < bytes;) {
-        uint64_t count = std::min(kBlock, bytes - at);
-        std::memcpy(destination.data() + at, source.data() + at, count);
+      for (uint64_t at; (at = next.fetch_add(block)) < bytes;) {
+        uint64_t count = std::min(block, bytes - at);
+        if (fromFile) {
+          if (::pread(fd, destination.data() + at, count, static_cast<off_t>(at)) !=
+              static_cast<ssize_t>(count))
+            failed = true;
+        } else {
+          std::memcpy(destination.data() + at, source.data() + at, count);
+        }
         digest ^= fsdp::integrity::xxh3(destination.data() + at, count);
       }
       sink ^= digest;
@@ -51,6 +81,10 @@ int main(int argc, char **argv) {
     worker.join();
   double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (failed) {
+    std::fprintf(stderr, "fsdp-bench-memcpy-xxh3: short read of %s\n", argv[2]);
+    return 1;
+  }
   std::printf("%.6f\n", seconds);
   return sink.load() == 42 ? 3 : 0; // keeps the digests from being optimised away
 }
