@@ -643,5 +643,51 @@ Status checkExpertMesh(const ExpertMesh &mesh, int64_t worldSize) {
   return Status::success();
 }
 
+std::optional<ExpertNumber> trailingExpertNumber(std::string_view name) {
+  size_t digits = name.size();
+  while (digits > 0 && name[digits - 1] >= '0' && name[digits - 1] <= '9')
+    --digits;
+  std::string_view number = name.substr(digits);
+  // A stem, a number of at most 18 digits (no overflow), no leading zero.
+  if (digits == 0 || number.empty() || number.size() > 18 ||
+      (number.size() > 1 && number.front() == '0'))
+    return std::nullopt;
+  int64_t local = 0;
+  for (char c : number)
+    local = local * 10 + (c - '0');
+  return ExpertNumber{digits, local};
+}
+
+std::optional<ExpertName> splitExpertFQN(std::string_view fqn, std::string_view unitFQN,
+                                         ExpertNaming naming) {
+  std::string unitPrefix = unitFQN.empty() ? std::string() : std::string(unitFQN) + ".";
+  if (fqn.substr(0, unitPrefix.size()) != unitPrefix)
+    return std::nullopt;
+  if (naming == ExpertNaming::Grouped) {
+    size_t lastDot = fqn.rfind('.');
+    size_t nameBegin = lastDot == std::string_view::npos ? 0 : lastDot + 1;
+    if (nameBegin < unitPrefix.size())
+      return std::nullopt;
+    std::optional<ExpertNumber> number = trailingExpertNumber(fqn.substr(nameBegin));
+    if (!number)
+      return std::nullopt;
+    return ExpertName{std::string(fqn.substr(0, nameBegin + number->position)), number->local,
+                      ""};
+  }
+  std::string head = unitPrefix + "local_experts.";
+  if (fqn.substr(0, head.size()) != head)
+    return std::nullopt;
+  size_t dot = fqn.find('.', head.size());
+  if (dot == std::string_view::npos || dot + 1 == fqn.size())
+    return std::nullopt;
+  // The whole component is the number: "<i>" with no stem.
+  std::string_view component = fqn.substr(head.size(), dot - head.size());
+  std::string probe = "x" + std::string(component);
+  std::optional<ExpertNumber> number = trailingExpertNumber(probe);
+  if (!number || number->position != 1)
+    return std::nullopt;
+  return ExpertName{head, number->local, std::string(fqn.substr(dot))};
+}
+
 } // namespace layout
 } // namespace fsdp

@@ -43,7 +43,9 @@ const std::vector<const char *> &hyperParameterNames(OptimizerKind kind) {
   return kind == OptimizerKind::SGD ? sgd : adam;
 }
 
-Result<std::string> hyperParameterPickle(const ModelLayout &model, const std::string &name) {
+Result<std::string> hyperParameterPickle(const ModelLayout &model,
+                                         const std::vector<std::string> &params,
+                                         const std::string &name) {
   const OptimizerSpec &opt = model.optimizer;
   pickle::Writer writer(pickle::Writer::Options{/*memoizeAll=*/true});
   if (name == "lr")
@@ -70,9 +72,9 @@ Result<std::string> hyperParameterPickle(const ModelLayout &model, const std::st
     writer.boolean(opt.nesterov);
   else if (name == "params") {
     writer.emptyList();
-    if (!model.optimizerParams.empty()) {
+    if (!params.empty()) {
       writer.mark();
-      for (const std::string &fqn : model.optimizerParams)
+      for (const std::string &fqn : params)
         writer.string(fqn);
       writer.appends();
     }
@@ -96,8 +98,8 @@ struct PendingItem {
   dcp::Dims globalShape, chunkOffsets, chunkSizes;
   BufferRef buffer;
   std::string payload;
-  /// Index in ModelLayout::optimizerParams of the parameter whose optimizer
-  /// state this is (-1 otherwise).
+  /// Index in the checkpoint's parameter list (Planner::params_) of the
+  /// parameter whose optimizer state this is (-1 otherwise).
   int64_t param = -1;
   /// False for the model keys of a tied parameter's other FQNs: written
   /// (every FQN is a key) but not read back (they share one storage).
@@ -117,15 +119,22 @@ public:
     world_ = model_.worldSize();
     for (size_t g = 0; g < model_.groups.size(); ++g) {
       const GroupSpec &group = model_.groups[g];
-      auto &map = shardMaps_[group.placements];
+      // Groups on the same mesh with the same placements share their map.
+      std::vector<int64_t> expertView;
+      if (group.experts) {
+        expertView = group.experts->mesh.viewSizes;
+        expertView.push_back(group.experts->mesh.expertAxis);
+      }
+      auto &map = shardMaps_[{group.placements, expertView}];
       if (!map) {
         map = std::make_shared<ShardMap>();
-        map->shardOfRank = layout::shardIndices(model_.meshSizes, group.placements);
-        map->ranksOfShard.resize(layout::numShards(model_.meshSizes, group.placements));
+        map->shardOfRank = groupShardOfRank(model_, group);
+        map->ranksOfShard.resize(groupShardCount(model_, group));
         for (int64_t rank = 0; rank < world_; ++rank)
           map->ranksOfShard[map->shardOfRank[rank]].push_back(rank);
       }
       groupShards_.push_back(map);
+      meshShards_.push_back(groupShardCount(model_, group) / group.expertGroups());
       // Members by offset, for finding the members of a shard by bisection.
       std::vector<size_t> order(group.members.size());
       for (size_t i = 0; i < order.size(); ++i)
@@ -135,8 +144,7 @@ public:
       });
       membersByOffset_.push_back(std::move(order));
     }
-    for (size_t i = 0; i < model_.optimizerParams.size(); ++i)
-      paramIndex_[model_.optimizerParams[i]] = static_cast<int64_t>(i);
+    listCheckpointParams();
     if (model_.optimizer.present) {
       Result<const zip::ItemLayout *> step = tensorLayout(dcp::DType::Float32, {});
       if (!step)
@@ -193,13 +201,27 @@ private:
   std::string stepKey(const std::string &fqn) const {
     return optimizerStateKey(fqn, kStepStateName);
   }
+  /// The expert-parallel coordinate whose experts shard `shard` of group
+  /// `g` holds (0 without experts).
+  int64_t expertCoordOfShard(size_t g, int64_t shard) const { return shard / meshShards_[g]; }
+  /// Fills params_ and paramIndex_ from the optimizer's parameters.
+  void listCheckpointParams();
 
   const ModelLayout &model_;
   int64_t world_ = 1;
-  std::map<std::vector<layout::Placement>, std::shared_ptr<ShardMap>> shardMaps_;
+  std::map<std::pair<std::vector<layout::Placement>, std::vector<int64_t>>,
+           std::shared_ptr<ShardMap>>
+      shardMaps_;
   std::vector<std::shared_ptr<ShardMap>> groupShards_;
+  /// Shards of each group's mesh (an experts group has that many per
+  /// expert-parallel coordinate).
+  std::vector<int64_t> meshShards_;
   std::vector<std::vector<size_t>> membersByOffset_;
-  std::unordered_map<std::string, int64_t> paramIndex_;
+  /// The checkpoint's parameters: the optimizer's, an expert parameter once
+  /// per global expert. Their steps and the pickled `params` follow it.
+  std::vector<std::string> params_;
+  /// A leading FQN's indices in params_, by expert-parallel coordinate.
+  std::unordered_map<std::string, std::vector<int64_t>> paramIndex_;
   std::map<std::pair<dcp::DType, dcp::Dims>, std::unique_ptr<zip::ItemLayout>> layouts_;
   std::unordered_map<int64_t, std::vector<WriteItem>> writes_;
   std::unordered_map<int64_t, WriteIndex> writeIndexes_;
@@ -227,6 +249,7 @@ void Planner::shardItems(size_t g, int64_t shard, std::vector<PendingItem> &out)
   const GroupSpec &group = model_.groups[g];
   layout::Range range = shardRange(group, shard);
   const std::vector<size_t> &order = membersByOffset_[g];
+  int64_t expertCoord = expertCoordOfShard(g, shard);
   // First member ending after the shard begins.
   auto first = std::partition_point(order.begin(), order.end(), [&](size_t m) {
     const MemberSpec &member = group.members[m];
@@ -248,7 +271,7 @@ void Planner::shardItems(size_t g, int64_t shard, std::vector<PendingItem> &out)
                   piece.rows * layout::rowSize(member.shape)};
     int64_t param = -1;
     if (auto found = paramIndex_.find(member.fqns.front()); found != paramIndex_.end())
-      param = found->second;
+      param = found->second[expertCoord];
     auto add = [&](std::string key, BufferRole role, int64_t stateOf, bool loadTarget) {
       const BufferSpec *buffer = group.findBuffer(role);
       BufferRef source = ref;
@@ -265,10 +288,11 @@ void Planner::shardItems(size_t g, int64_t shard, std::vector<PendingItem> &out)
                      loadTarget});
     };
     for (size_t f = 0; f < member.fqns.size(); ++f)
-      add("model." + member.fqns[f], BufferRole::MainWeight, -1, f == 0);
+      add("model." + group.memberFQN(member, f, expertCoord), BufferRole::MainWeight, -1, f == 0);
     if (hasOptimizerState(group)) {
+      std::string fqn = group.memberFQN(member, 0, expertCoord);
       for (BufferRole role : model_.optimizer.stateRoles)
-        add(optimizerStateKey(member.fqns.front(), bufferRoleName(role)), role, param, true);
+        add(optimizerStateKey(fqn, bufferRoleName(role)), role, param, true);
     }
   }
 }
@@ -349,12 +373,11 @@ Result<const std::vector<WriteItem> *> Planner::writesOf(int64_t rank) {
   std::vector<PendingItem> pending;
   // Steps i = rank, rank + W, ... then hyper-parameters (P + j) = rank mod W
   // (P = 0 for an optimizer without steps).
-  int64_t numParams =
-      model_.optimizer.hasStep ? static_cast<int64_t>(model_.optimizerParams.size()) : 0;
+  int64_t numParams = model_.optimizer.hasStep ? static_cast<int64_t>(params_.size()) : 0;
   if (model_.optimizer.present) {
     const std::vector<const char *> &names = hyperParameterNames(model_.optimizer.kind);
     for (int64_t i = rank; i < numParams; i += world_)
-      pending.push_back({stepKey(model_.optimizerParams[i]),
+      pending.push_back({stepKey(params_[i]),
                          ItemSource::Step,
                          dcp::DType::Float32,
                          {},
@@ -366,7 +389,7 @@ Result<const std::vector<WriteItem> *> Planner::writesOf(int64_t rank) {
     for (size_t j = 0; j < names.size(); ++j) {
       if ((numParams + static_cast<int64_t>(j)) % world_ != rank)
         continue;
-      Result<std::string> pickled = hyperParameterPickle(model_, names[j]);
+      Result<std::string> pickled = hyperParameterPickle(model_, params_, names[j]);
       if (!pickled)
         return pickled.failure();
       Result<std::string> archive = zip::buildObjectItem(*pickled);
@@ -439,7 +462,7 @@ Result<RankPlan> Planner::planRank(int64_t rank) {
   // Reads for a load into this same layout: every piece this rank holds,
   // from whichever replica wrote it, and the step of every trainable
   // parameter it holds a piece of.
-  std::vector<bool> needsStep(model_.optimizerParams.size(), false);
+  std::vector<bool> needsStep(params_.size(), false);
   for (size_t g = 0; g < model_.groups.size(); ++g) {
     int64_t shard = groupShards_[g]->shardOfRank[rank];
     std::vector<PendingItem> items;
@@ -475,7 +498,7 @@ Result<RankPlan> Planner::planRank(int64_t rank) {
         continue;
       int64_t writer = static_cast<int64_t>(i) % world_;
       uint64_t itemOffset = (static_cast<int64_t>(i) / world_) * stepItemSpan_;
-      plan.reads.push_back({stepKey(model_.optimizerParams[i]),
+      plan.reads.push_back({stepKey(params_[i]),
                             ItemSource::Step,
                             dcp::DType::Float32,
                             {},
@@ -492,22 +515,60 @@ Result<RankPlan> Planner::planRank(int64_t rank) {
   return plan;
 }
 
+void Planner::listCheckpointParams() {
+  // An experts group's parameters are listed where its first one is: every
+  // expert-parallel coordinate's in turn, so global experts come in order.
+  struct Owner {
+    size_t group;
+    const MemberSpec *member;
+  };
+  std::unordered_map<std::string, Owner> ownerOf;
+  for (size_t g = 0; g < model_.groups.size(); ++g)
+    for (const MemberSpec &member : model_.groups[g].members)
+      ownerOf.emplace(member.fqns.front(), Owner{g, &member});
+  std::vector<std::vector<const MemberSpec *>> expertParams(model_.groups.size());
+  for (const std::string &fqn : model_.optimizerParams) {
+    const Owner &owner = ownerOf.at(fqn); // checkModelLayout: a trainable member's FQN
+    if (model_.groups[owner.group].experts)
+      expertParams[owner.group].push_back(owner.member);
+  }
+  for (const std::string &fqn : model_.optimizerParams) {
+    const Owner &owner = ownerOf.at(fqn);
+    const GroupSpec &group = model_.groups[owner.group];
+    if (!group.experts) {
+      paramIndex_[fqn] = {static_cast<int64_t>(params_.size())};
+      params_.push_back(fqn);
+      continue;
+    }
+    std::vector<const MemberSpec *> &members = expertParams[owner.group];
+    for (int64_t e = 0; e < group.expertGroups(); ++e)
+      for (const MemberSpec *member : members) {
+        paramIndex_[member->fqns.front()].push_back(static_cast<int64_t>(params_.size()));
+        params_.push_back(group.memberFQN(*member, 0, e));
+      }
+    members.clear(); // listed: the group's later parameters add nothing
+  }
+}
+
 std::vector<Planner::MetadataKey> Planner::metadataKeys() const {
   std::vector<MetadataKey> keys;
+  // An experts group's keys come once per global expert, in global order.
   for (const GroupSpec &group : model_.groups)
-    for (const MemberSpec &member : group.members)
-      for (const std::string &fqn : member.fqns)
-        keys.push_back(
-            {"model." + fqn, false, group.findBuffer(BufferRole::MainWeight)->dtype, member.shape});
+    for (int64_t e = 0; e < group.expertGroups(); ++e)
+      for (const MemberSpec &member : group.members)
+        for (size_t f = 0; f < member.fqns.size(); ++f)
+          keys.push_back({"model." + group.memberFQN(member, f, e), false,
+                          group.findBuffer(BufferRole::MainWeight)->dtype, member.shape});
   for (const GroupSpec &group : model_.groups)
     if (hasOptimizerState(group))
-      for (const MemberSpec &member : group.members)
-        for (BufferRole role : model_.optimizer.stateRoles)
-          keys.push_back({optimizerStateKey(member.fqns.front(), bufferRoleName(role)),
-                          false, group.findBuffer(role)->dtype, member.shape});
+      for (int64_t e = 0; e < group.expertGroups(); ++e)
+        for (const MemberSpec &member : group.members)
+          for (BufferRole role : model_.optimizer.stateRoles)
+            keys.push_back({optimizerStateKey(group.memberFQN(member, 0, e), bufferRoleName(role)),
+                            false, group.findBuffer(role)->dtype, member.shape});
   if (model_.optimizer.present) {
     if (model_.optimizer.hasStep)
-      for (const std::string &fqn : model_.optimizerParams)
+      for (const std::string &fqn : params_)
         keys.push_back({stepKey(fqn), false, dcp::DType::Float32, {}});
     for (const char *name : hyperParameterNames(model_.optimizer.kind))
       keys.push_back({std::string("optimizer.param_groups.0.") + name, true, {}, {}});
@@ -785,11 +846,14 @@ Result<uint64_t> CheckpointPlanner::streamGlobalMetadata(const dcp::ByteSink &si
 std::string dataFileName(int64_t rank) { return "__" + std::to_string(rank) + "_0.distcp"; }
 
 layout::Range shardRange(const GroupSpec &group, int64_t shard) {
-  return {shard * group.shardSize, (shard + 1) * group.shardSize};
+  // An experts group's shards repeat its mesh's layout per expert coordinate.
+  int64_t meshShards = group.shardSize > 0 ? group.size / group.shardSize : 1;
+  int64_t inMesh = meshShards > 0 ? shard % meshShards : shard;
+  return {inMesh * group.shardSize, (inMesh + 1) * group.shardSize};
 }
 
 std::vector<int64_t> rankRangeBegins(const ModelLayout &model, const GroupSpec &group) {
-  std::vector<int64_t> begins = layout::shardIndices(model.meshSizes, group.placements);
+  std::vector<int64_t> begins = groupShardOfRank(model, group);
   for (int64_t &begin : begins)
     begin = shardRange(group, begin).begin;
   return begins;
@@ -872,12 +936,24 @@ uint64_t planIdentity(const ModelLayout &model) {
       addInt(static_cast<int>(buffer.role));
       addInt(static_cast<int>(buffer.dtype));
     }
+    if (group.experts) {
+      add("experts");
+      for (int64_t size : group.experts->mesh.viewSizes)
+        addInt(size);
+      addInt(group.experts->mesh.expertAxis);
+      addInt(group.experts->perRank);
+    }
     for (const MemberSpec &member : group.members) {
       for (const std::string &fqn : member.fqns)
         add(fqn);
       for (int64_t dim : member.shape)
         addInt(dim);
       addInt(member.offset);
+      if (member.expert) {
+        add(member.expert->head);
+        addInt(member.expert->local);
+        add(member.expert->tail);
+      }
     }
   }
   for (const std::string &fqn : model.optimizerParams)

@@ -51,6 +51,64 @@ const BufferSpec *GroupSpec::findBuffer(BufferRole role) const {
   return nullptr;
 }
 
+std::string GroupSpec::memberFQN(const MemberSpec &member, size_t fqn, int64_t expertCoord) const {
+  if (!experts || !member.expert)
+    return member.fqns[fqn];
+  return member.expert->withNumber(
+      layout::globalExpert(member.expert->local, expertCoord, experts->perRank));
+}
+
+std::vector<int64_t> groupShardOfRank(const ModelLayout &model, const GroupSpec &group) {
+  std::vector<int64_t> meshShards =
+      layout::shardIndices(model.groupMeshSizes(group), group.placements);
+  if (!group.experts)
+    return meshShards;
+  const layout::ExpertMesh &mesh = group.experts->mesh;
+  int64_t perGroup = layout::numShards(mesh.meshSizes(), group.placements);
+  std::vector<int64_t> shards(static_cast<size_t>(model.worldSize()));
+  for (int64_t rank = 0; rank < model.worldSize(); ++rank)
+    shards[rank] = mesh.expertCoord(rank) * perGroup + meshShards[mesh.meshRank(rank)];
+  return shards;
+}
+
+int64_t groupShardCount(const ModelLayout &model, const GroupSpec &group) {
+  return layout::numShards(model.groupMeshSizes(group), group.placements) *
+         group.expertGroups();
+}
+
+/// An experts group's mesh fits the world, and every member is one untied
+/// expert parameter whose split FQN gives it back, below the rank's count.
+static Status checkExpertGroup(const ModelLayout &model, const GroupSpec &group,
+                               const std::string &where) {
+  if (!group.experts) {
+    for (const MemberSpec &member : group.members)
+      if (member.expert)
+        return makeError(where + ": member '" + member.fqns.front() +
+                         "' is named as an expert but its group holds no experts");
+    return Status::success();
+  }
+  if (Status status = layout::checkExpertMesh(group.experts->mesh, model.worldSize()); !status)
+    return propagate(status, where + ": " + status.error());
+  if (group.experts->mesh.viewSizes.size() < 2)
+    return makeError(where + ": the experts' mesh needs an axis besides the expert axis");
+  int64_t perRank = group.experts->perRank;
+  if (perRank < 1)
+    return makeError(where + ": each rank must hold at least one expert");
+  for (const MemberSpec &member : group.members) {
+    const std::string &fqn = member.fqns.front();
+    if (!member.expert || member.fqns.size() != 1)
+      return makeError(where + ": member '" + fqn +
+                       "' must be one untied parameter with a local expert number");
+    if (member.expert->local < 0 || member.expert->local >= perRank)
+      return makeError(where + ": member '" + fqn + "' is local expert " +
+                       std::to_string(member.expert->local) + " but each rank holds " +
+                       std::to_string(perRank));
+    if (member.expert->withNumber(member.expert->local) != fqn)
+      return makeError(where + ": member '" + fqn + "' does not split into its expert name");
+  }
+  return Status::success();
+}
+
 Status checkModelLayout(const ModelLayout &model) {
   if (model.meshAxisNames.size() != model.meshSizes.size())
     return makeError("mesh has " + std::to_string(model.meshAxisNames.size()) + " axis names but " +
@@ -72,23 +130,28 @@ Status checkModelLayout(const ModelLayout &model) {
   for (size_t g = 0; g < model.groups.size(); ++g) {
     const GroupSpec &group = model.groups[g];
     std::string where = "group " + std::to_string(g) + " (unit \"" + group.unit + "\")";
-    if (Status status = layout::checkPlacements(model.meshSizes, group.placements); !status)
+    if (Status status = checkExpertGroup(model, group, where); !status)
+      return status;
+    std::vector<int64_t> meshSizes = model.groupMeshSizes(group);
+    if (Status status = layout::checkPlacements(meshSizes, group.placements); !status)
       return propagate(status, where + ": " + status.error());
     std::vector<layout::Shape> shapes;
     layout::PackedLayout packed{group.chunk, group.size, {}};
     for (const MemberSpec &member : group.members) {
       if (member.fqns.empty())
         return makeError(where + ": a member has no FQN");
-      for (const std::string &fqn : member.fqns)
-        if (!fqns.insert(fqn).second)
-          return makeError(where + ": FQN '" + fqn + "' appears twice");
+      // Every name a key is made of, the global ones of every expert included.
+      for (int64_t e = 0; e < group.expertGroups(); ++e)
+        for (size_t f = 0; f < member.fqns.size(); ++f)
+          if (std::string fqn = group.memberFQN(member, f, e); !fqns.insert(fqn).second)
+            return makeError(where + ": FQN '" + fqn + "' appears twice");
       shapes.push_back(member.shape);
       packed.offsets.push_back(member.offset);
     }
-    if (Status status = layout::verifyLayout(shapes, packed, model.meshSizes, group.placements);
+    if (Status status = layout::verifyLayout(shapes, packed, meshSizes, group.placements);
         !status)
       return propagate(status, where + ": " + status.error());
-    int64_t shards = layout::numShards(model.meshSizes, group.placements);
+    int64_t shards = layout::numShards(meshSizes, group.placements);
     if (group.shardSize * shards != group.size)
       return makeError(where + ": shard size " + std::to_string(group.shardSize) + " x " +
                        std::to_string(shards) + " shards != size " + std::to_string(group.size));
@@ -105,8 +168,9 @@ Status checkModelLayout(const ModelLayout &model) {
     }
     for (const MemberSpec &member : group.members)
       for (const std::string &fqn : member.fqns)
-        // The longest key of a parameter: optimizer.state.<fqn>.max_exp_avg_sq.
-        if (fqn.size() + 64 > limits::kMaxKeyBytes)
+        // The longest key of a parameter: optimizer.state.<fqn>.max_exp_avg_sq,
+        // with a global expert number of up to 19 digits.
+        if (fqn.size() + 64 + (group.experts ? 19 : 0) > limits::kMaxKeyBytes)
           return makeError(where + ": a parameter name of " + std::to_string(fqn.size()) +
                            " bytes (starting '" + fqn.substr(0, 40) + "') makes checkpoint keys "
                            "past the runtime's limit of " +

@@ -20,6 +20,9 @@
 #include "fsdp/Support/Result.h"
 
 #include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
 #include <vector>
 
 namespace fsdp {
@@ -173,6 +176,36 @@ Status checkExpertMesh(const ExpertMesh &mesh, int64_t worldSize);
 inline int64_t globalExpert(int64_t local, int64_t expert, int64_t perRank) {
   return local + expert * perRank;
 }
+
+/// How an experts unit names its local experts' parameters.
+enum class ExpertNaming : uint8_t {
+  Grouped,      // <stem><i>: linear_fc1.weight0, linear_fc1.weight1, ...
+  LocalExperts, // local_experts.<i>.<rest>
+};
+
+/// The local expert number a grouped parameter's name ends with, without
+/// leading zeros (`weight3`: 3 at position 6); nullopt when it has none.
+/// `weight03` has none: it would name expert 3 a second time.
+struct ExpertNumber {
+  size_t position = 0;
+  int64_t local = 0;
+};
+std::optional<ExpertNumber> trailingExpertNumber(std::string_view name);
+
+/// A parameter's FQN split around its local expert number, so the same
+/// parameter of global expert g is named head + g + tail.
+struct ExpertName {
+  std::string head;
+  int64_t local = 0;
+  std::string tail;
+  std::string withNumber(int64_t number) const { return head + std::to_string(number) + tail; }
+};
+/// Splits `fqn` of a parameter of experts unit `unitFQN` ("" for the root):
+/// grouped, the number its last name ends with; local_experts, the number
+/// of `<unitFQN>.local_experts.<i>.`. Nullopt when the FQN does not follow
+/// the naming (the IR verifier reports those).
+std::optional<ExpertName> splitExpertFQN(std::string_view fqn, std::string_view unitFQN,
+                                         ExpertNaming naming);
 
 //===----------------------------------------------------------------------===//
 // Pieces (docs/MegatronFSDPLayout.md)

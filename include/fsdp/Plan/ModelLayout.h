@@ -12,6 +12,7 @@
 #include "fsdp/Layout/Layout.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,17 @@ struct MemberSpec {
   std::vector<std::string> fqns;
   layout::Shape shape;
   int64_t offset = 0;
+  /// In an experts group: the (single, untied) FQN split around its local
+  /// expert number; its checkpoint keys carry the global number instead.
+  std::optional<layout::ExpertName> expert;
+};
+
+/// An experts group (docs/Experts.md): sharded on the experts' mesh, each
+/// expert-parallel coordinate holding its own experts in the same layout.
+struct ExpertGroupSpec {
+  layout::ExpertMesh mesh;
+  /// Experts a rank holds: the count over the expert-parallel size.
+  int64_t perRank = 1;
 };
 
 struct GroupSpec {
@@ -55,8 +67,14 @@ struct GroupSpec {
   int64_t shardSize = 0;
   std::vector<BufferSpec> buffers;
   std::vector<MemberSpec> members;
+  std::optional<ExpertGroupSpec> experts;
 
   const BufferSpec *findBuffer(BufferRole role) const;
+  /// Expert-parallel coordinates: 1 for a group without experts.
+  int64_t expertGroups() const { return experts ? experts->mesh.expertGroups() : 1; }
+  /// The FQN `fqn` of `member` names on expert-parallel coordinate
+  /// `expertCoord`: itself, or with its global expert number.
+  std::string memberFQN(const MemberSpec &member, size_t fqn, int64_t expertCoord) const;
 };
 
 enum class OptimizerKind : uint8_t { Adam, AdamW, SGD };
@@ -95,7 +113,18 @@ struct ModelLayout {
   std::vector<std::string> optimizerParams;
 
   int64_t worldSize() const { return layout::meshSize(meshSizes); }
+  /// The mesh a group is sharded on: the world's, or its experts' mesh.
+  std::vector<int64_t> groupMeshSizes(const GroupSpec &group) const {
+    return group.experts ? group.experts->mesh.meshSizes() : meshSizes;
+  }
 };
+
+/// Which shard of `group` each world rank holds. A shard of an experts group
+/// is numbered expertCoord * (its mesh's shards) + its shard in that mesh, so
+/// ranks of different expert-parallel groups never share one.
+std::vector<int64_t> groupShardOfRank(const ModelLayout &model, const GroupSpec &group);
+/// Shards of `group` in all: its mesh's shards times its expert groups.
+int64_t groupShardCount(const ModelLayout &model, const GroupSpec &group);
 
 /// Checks what planning relies on (mesh, placements, every group's layout
 /// via layout::verifyLayout, buffers present): plans are only built from

@@ -70,6 +70,8 @@ private:
   FailureOr<SmallVector<Placement>> parsePlacementsOverride(StringRef text);
   LogicalResult buildOptimizer(const json::Value &value, StringRef path);
   LogicalResult buildModule(const json::Value &value, const std::string &path, bool isRoot);
+  LogicalResult buildExpertMeshes(const json::Value &value, StringRef path);
+  FailureOr<ExpertsAttr> parseExperts(const json::Value &value, const std::string &path);
   LogicalResult buildParam(const json::Value &value, const std::string &path);
   FailureOr<FullyShardAttr> parseFullyShard(const json::Value &value, const std::string &path);
 
@@ -398,7 +400,8 @@ LogicalResult ModelImporter::buildParam(const json::Value &value, const std::str
 LogicalResult ModelImporter::buildModule(const json::Value &value, const std::string &path,
                                          bool isRoot) {
   const json::Object *object = getObject(value, path);
-  if (!object || failed(checkKeys(*object, path, {"name", "fully_shard", "params", "children"})))
+  if (!object ||
+      failed(checkKeys(*object, path, {"name", "fully_shard", "experts", "params", "children"})))
     return failure();
   FailureOr<std::string> name = getString(*object, "name", path, /*required=*/!isRoot);
   if (failed(name))
@@ -417,6 +420,12 @@ LogicalResult ModelImporter::buildModule(const json::Value &value, const std::st
   }
   auto module =
       NNModuleOp::create(builder, locFor(path.empty() ? "module" : path), *name, fullyShard);
+  if (const json::Value *experts = object->get("experts")) {
+    FailureOr<ExpertsAttr> parsed = parseExperts(*experts, child(path, "experts"));
+    if (failed(parsed))
+      return failure();
+    module.setExpertsAttr(*parsed);
+  }
   OpBuilder::InsertionGuard guard(builder);
   builder.setInsertionPointToEnd(&module.getBody().front());
 
@@ -439,6 +448,65 @@ LogicalResult ModelImporter::buildModule(const json::Value &value, const std::st
   return forEach("children", [&](const json::Value &item, std::string p) {
     return buildModule(item, p, /*isRoot=*/false);
   });
+}
+
+/// "expert_meshes": [{"name": "experts", "axes": [{"name": "edp", "size": 2},
+/// {"name": "ep", "size": 4}], "experts": "ep"}]: the verifier checks that
+/// each view fills the world.
+LogicalResult ModelImporter::buildExpertMeshes(const json::Value &value, StringRef path) {
+  const json::Array *list = value.getAsArray();
+  if (!list)
+    return fail(path, "expected a list of {\"name\", \"axes\", \"experts\"} expert meshes");
+  for (auto [index, item] : llvm::enumerate(*list)) {
+    std::string itemPath = element(path, index);
+    const json::Object *object = getObject(item, itemPath);
+    if (!object || failed(checkKeys(*object, itemPath, {"name", "axes", "experts"})))
+      return failure();
+    FailureOr<std::string> name = getString(*object, "name", itemPath, true);
+    if (failed(name))
+      return failure();
+    if (name->empty() || *name == "mesh")
+      return fail(child(itemPath, "name"), "expected a non-empty name other than \"mesh\"");
+    FailureOr<MeshSpec> axes = parseMesh(object->get("axes"), child(itemPath, "axes"));
+    if (failed(axes))
+      return failure();
+    FailureOr<std::string> expertAxis = getString(*object, "experts", itemPath, true);
+    if (failed(expertAxis))
+      return failure();
+    SmallVector<Attribute> axisNames;
+    for (const std::string &axis : axes->names)
+      axisNames.push_back(builder.getStringAttr(axis));
+    ExpertMeshOp::create(builder, locFor(itemPath), builder.getStringAttr(*name),
+                         builder.getArrayAttr(axisNames), builder.getDenseI64ArrayAttr(axes->sizes),
+                         builder.getStringAttr(*expertAxis));
+  }
+  return success();
+}
+
+/// "experts": {"mesh": "experts", "count": 8, "naming": "grouped"} on a
+/// fully_shard module (naming: grouped, the default, or local_experts).
+FailureOr<ExpertsAttr> ModelImporter::parseExperts(const json::Value &value,
+                                                   const std::string &path) {
+  const json::Object *object = getObject(value, path);
+  if (!object || failed(checkKeys(*object, path, {"mesh", "count", "naming"})))
+    return failure();
+  FailureOr<std::string> mesh = getString(*object, "mesh", path, true);
+  if (failed(mesh))
+    return failure();
+  const json::Value *count = object->get("count");
+  std::optional<int64_t> countValue = count ? count->getAsInteger() : std::nullopt;
+  if (!count)
+    return fail(child(path, "count"), "missing required key");
+  if (!countValue || *countValue < 1)
+    return fail(child(path, "count"), "expected a positive integer");
+  FailureOr<std::string> naming = getString(*object, "naming", path, false, "grouped");
+  if (failed(naming))
+    return failure();
+  std::optional<ExpertNaming> parsed = symbolizeExpertNaming(*naming);
+  if (!parsed)
+    return fail(child(path, "naming"),
+                "expected \"grouped\" or \"local_experts\", got \"" + *naming + "\"");
+  return ExpertsAttr::get(context, FlatSymbolRefAttr::get(context, *mesh), *countValue, *parsed);
 }
 
 /// The deepest nesting of arrays and objects, counted without recursion so
@@ -479,7 +547,8 @@ OwningOpRef<ModuleOp> ModelImporter::import(StringRef text) {
     return {};
   }
   const json::Object *root = getObject(*parsed, "(root)");
-  if (!root || failed(checkKeys(*root, "", {"format", "mesh", "optimizer", "module"})))
+  if (!root ||
+      failed(checkKeys(*root, "", {"format", "mesh", "expert_meshes", "optimizer", "module"})))
     return {};
   FailureOr<std::string> format = getString(*root, "format", "", true);
   if (failed(format))
@@ -517,6 +586,9 @@ OwningOpRef<ModuleOp> ModelImporter::import(StringRef text) {
     axisNames.push_back(builder.getStringAttr(name));
   MeshOp::create(builder, locFor("mesh"), builder.getStringAttr("mesh"),
                  builder.getArrayAttr(axisNames), builder.getDenseI64ArrayAttr(mesh->sizes));
+  if (const json::Value *expertMeshes = root->get("expert_meshes"))
+    if (failed(buildExpertMeshes(*expertMeshes, "expert_meshes")))
+      return {};
   if (const json::Value *optimizer = root->get("optimizer"))
     if (failed(buildOptimizer(*optimizer, "optimizer")))
       return {};

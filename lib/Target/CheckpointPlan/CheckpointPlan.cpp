@@ -121,15 +121,6 @@ FailureOr<plan::ModelLayout> fsdp::buildModelLayout(ModelOp model) {
       getLoweredGroups(model, "--emit-checkpoint-plan");
   if (failed(groups))
     return failure();
-  // Expert units lower to their expert mesh, but their checkpoint keys need
-  // global expert numbers, which plans do not carry yet: a plan with the
-  // local names would let expert groups overwrite each other's keys.
-  for (ParamGroupOp group : *groups)
-    if (NNModuleOp unit = findUnit(model, group.getUnit()); unit && unit.getExpertsAttr())
-      return group.emitError()
-             << "unit \"" << printable(group.getUnit())
-             << "\" holds experts: checkpoint plans with global expert keys are not built yet "
-                "(docs/Experts.md); a plan with local expert names would be silently wrong";
   plan::ModelLayout layout;
   MeshOp mesh = model.getMesh();
   for (Attribute name : mesh.getAxisNames())
@@ -193,8 +184,29 @@ FailureOr<plan::ModelLayout> fsdp::buildModelLayout(ModelOp model) {
       spec.buffers.push_back(
           {toRole(buffer.getRole()), *bufferType, buffer.getAliasesMainWeight()});
     }
+    // An experts unit's members carry their local expert number, so the
+    // plan names each under its global one.
+    NNModuleOp unit = findUnit(model, group.getUnit());
+    ExpertsAttr experts = unit ? unit.getExpertsAttr() : ExpertsAttr();
+    layout::ExpertNaming naming = layout::ExpertNaming::Grouped;
+    if (experts) {
+      UnitMesh unitMesh = getUnitMesh(unit);
+      if (!unitMesh.experts)
+        return group.emitError() << "unit \"" << printable(group.getUnit())
+                                 << "\" has experts on a mesh that does not resolve";
+      int64_t perRank = experts.getCount() / unitMesh.experts->expertGroups();
+      spec.experts = plan::ExpertGroupSpec{*unitMesh.experts, perRank};
+      naming = experts.getNaming() == ExpertNaming::Grouped ? layout::ExpertNaming::Grouped
+                                                             : layout::ExpertNaming::LocalExperts;
+    }
     for (MemberOp member : group.getBody().getOps<MemberOp>()) {
       plan::MemberSpec memberSpec;
+      if (experts) {
+        memberSpec.expert = layout::splitExpertFQN(member.getFQN(), group.getUnit(), naming);
+        if (!memberSpec.expert)
+          return member.emitError() << "expert parameter '" << printable(member.getFQN())
+                                    << "' has no local expert number the plan can renumber";
+      }
       for (Attribute fqn : member.getFqns()) {
         memberSpec.fqns.push_back(cast<StringAttr>(fqn).str());
         leadingFQN[cast<StringAttr>(fqn).getValue()] = member.getFQN().str();

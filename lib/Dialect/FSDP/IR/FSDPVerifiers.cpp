@@ -225,21 +225,6 @@ static LogicalResult verifyUniqueChildNames(NNModuleOp module) {
   return success();
 }
 
-/// The local expert number a grouped expert parameter's name ends with
-/// (`weight3`: stem `weight`, 3), or nullopt. No leading zeros: `weight03`
-/// would name expert 3 a second time.
-static std::optional<std::pair<StringRef, int64_t>> splitExpertName(StringRef name) {
-  size_t digits = name.size();
-  while (digits > 0 && llvm::isDigit(name[digits - 1]))
-    --digits;
-  StringRef number = name.drop_front(digits);
-  int64_t index;
-  if (number.empty() || digits == 0 || (number.size() > 1 && number.front() == '0') ||
-      number.getAsInteger(10, index))
-    return std::nullopt;
-  return std::make_pair(name.take_front(digits), index);
-}
-
 /// An experts unit (docs/Experts.md): its mesh resolves and fills the world,
 /// its placements fit that mesh, the experts divide among its expert groups,
 /// and the names of its parameters hold each local expert exactly once, every
@@ -324,14 +309,15 @@ static LogicalResult verifyExperts(NNModuleOp unit) {
     std::string relative =
         StringRef(param.getFQN()).drop_front(unitFQN.empty() ? 0 : unitFQN.size() + 1).str();
     if (grouped) {
-      std::optional<std::pair<StringRef, int64_t>> split = splitExpertName(param.getName());
-      if (!split)
+      std::optional<layout::ExpertNumber> number =
+          layout::trailingExpertNumber(param.getName());
+      if (!number)
         return param.emitOpError()
                << "'" << printable(param.getFQN()) << "' has no local expert number: grouped "
                << "experts are named <stem><i> (weight0, weight1, ...) without leading zeros";
       std::string path = relative.substr(0, relative.size() - param.getName().size()) +
-                         split->first.str();
-      return failed(record(param, path, split->second)) ? WalkResult::interrupt()
+                         param.getName().take_front(number->position).str();
+      return failed(record(param, path, number->local)) ? WalkResult::interrupt()
                                                         : WalkResult::advance();
     }
     // local_experts.<i>.<rest>: the module right below local_experts.

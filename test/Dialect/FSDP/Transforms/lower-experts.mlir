@@ -1,5 +1,5 @@
 // RUN: fsdp-opt %s --fsdp-lower-fully-shard | FileCheck %s
-// RUN: fsdp-opt %s --fsdp-lower-fully-shard | not fsdp-translate --emit-checkpoint-plan -o /dev/null 2>&1 | FileCheck %s --check-prefix=PLAN
+// RUN: fsdp-opt %s --fsdp-lower-fully-shard | fsdp-translate --emit-checkpoint-plan --plan-format=json | grep -o '"key": "model.moe[^"]*"' | FileCheck %s --check-prefix=PLAN
 
 // A mixture-of-experts layer on world dp=8 viewed as (edp=2, ep=4): 8
 // experts, 2 per rank, named weight0/weight1 (grouped). The dense unit
@@ -10,8 +10,27 @@
 // CHECK-NEXT:   fsdp.member ["moe.experts.weight0"] : tensor<5x3xf32> offset 0 pieces [0: [0, 5) at 0]
 // CHECK-NEXT:   fsdp.member ["moe.experts.weight1"] : tensor<5x3xf32> offset 15 pieces [1: [0, 5) at 0]
 
-// Plans refuse experts until they carry global expert keys.
-// PLAN: error: unit "moe.experts" holds experts: checkpoint plans with global expert keys are not built yet
+// The plan writes each expert under its global number, rank by rank (ep is
+// r % 4, edp is r / 4): local expert i of ep e is global i + 2e, and edp 0
+// holds local expert 0, edp 1 local expert 1. Each key is written once
+// (rank order of the writes), then read back on the same ranks.
+// PLAN: "key": "model.moe.experts.weight0"
+// PLAN: "key": "model.moe.experts.weight0"
+// PLAN: "key": "model.moe.experts.weight2"
+// PLAN: "key": "model.moe.experts.weight2"
+// PLAN: "key": "model.moe.experts.weight4"
+// PLAN: "key": "model.moe.experts.weight4"
+// PLAN: "key": "model.moe.experts.weight6"
+// PLAN: "key": "model.moe.experts.weight6"
+// PLAN: "key": "model.moe.experts.weight1"
+// PLAN: "key": "model.moe.experts.weight1"
+// PLAN: "key": "model.moe.experts.weight3"
+// PLAN: "key": "model.moe.experts.weight3"
+// PLAN: "key": "model.moe.experts.weight5"
+// PLAN: "key": "model.moe.experts.weight5"
+// PLAN: "key": "model.moe.experts.weight7"
+// PLAN-NEXT: "key": "model.moe.experts.weight7"
+// PLAN-NOT: "key"
 fsdp.model @moe {
   fsdp.mesh @mesh ["dp" = 8]
   fsdp.expert_mesh @experts ["edp" = 2, "ep" = 4] experts "ep"
