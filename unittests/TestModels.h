@@ -64,6 +64,41 @@ inline plan::ModelLayout workedExample(std::vector<int64_t> mesh = {4},
   return model;
 }
 
+/// A toy MoE on a world of 4: a dense unit on the world, and an experts
+/// unit (grouped names, `perRank` local experts of fc1 [7, 6] and fc2
+/// [5, 7]) on the view `view` whose last axis is expert parallelism.
+inline plan::ModelLayout moeExample(std::vector<int64_t> view = {2, 2}, int64_t perRank = 2,
+                                    std::vector<layout::Placement> placements = {
+                                        layout::Placement::Shard}) {
+  plan::ModelLayout model;
+  model.meshAxisNames = {"dp"};
+  model.meshSizes = {layout::meshSize(view)};
+  model.optimizer.present = true;
+  model.optimizer.kind = plan::OptimizerKind::AdamW;
+  model.groups.push_back(makeGroup("", {{"embed"}, {"router"}}, {{11, 6}, {4, 6}},
+                                   model.meshSizes, {layout::Placement::Shard}));
+  layout::ExpertMesh mesh{view, static_cast<int64_t>(view.size()) - 1};
+  std::vector<std::vector<std::string>> fqns;
+  std::vector<layout::Shape> shapes;
+  for (const char *stem : {"experts.fc1.weight", "experts.fc2.weight"})
+    for (int64_t i = 0; i < perRank; ++i) {
+      fqns.push_back({stem + std::to_string(i)});
+      shapes.push_back(std::string(stem).find("fc1") != std::string::npos
+                           ? layout::Shape{7, 6}
+                           : layout::Shape{5, 7});
+    }
+  plan::GroupSpec experts = makeGroup("experts", fqns, shapes, mesh.meshSizes(), placements);
+  experts.experts = plan::ExpertGroupSpec{mesh, perRank};
+  for (plan::MemberSpec &member : experts.members)
+    member.expert =
+        layout::splitExpertFQN(member.fqns.front(), "experts", layout::ExpertNaming::Grouped);
+  model.groups.push_back(std::move(experts));
+  model.optimizerParams = {"embed", "router"};
+  for (const std::vector<std::string> &fqn : fqns)
+    model.optimizerParams.push_back(fqn.front());
+  return model;
+}
+
 } // namespace testmodels
 } // namespace fsdp
 

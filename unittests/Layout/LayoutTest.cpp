@@ -978,3 +978,31 @@ TEST(ExpertMesh, RefusesViewsThatDoNotFillTheWorld) {
             std::string::npos)
       << status.error();
 }
+
+TEST(ExpertNames, SplitAroundTheLocalNumber) {
+  using fsdp::layout::ExpertNaming;
+  using fsdp::layout::splitExpertFQN;
+  auto grouped = splitExpertFQN("layers.0.mlp.experts.linear_fc1.weight12",
+                                "layers.0.mlp.experts", ExpertNaming::Grouped);
+  ASSERT_TRUE(grouped);
+  EXPECT_EQ(grouped->head, "layers.0.mlp.experts.linear_fc1.weight");
+  EXPECT_EQ(grouped->local, 12);
+  EXPECT_EQ(grouped->withNumber(40), "layers.0.mlp.experts.linear_fc1.weight40");
+  auto local = splitExpertFQN("moe.experts.local_experts.3.linear_fc2.bias", "moe.experts",
+                              ExpertNaming::LocalExperts);
+  ASSERT_TRUE(local);
+  EXPECT_EQ(local->local, 3);
+  EXPECT_EQ(local->withNumber(7), "moe.experts.local_experts.7.linear_fc2.bias");
+  // The root unit, and names that do not follow the rule.
+  EXPECT_TRUE(splitExpertFQN("weight0", "", ExpertNaming::Grouped));
+  EXPECT_FALSE(splitExpertFQN("experts.weight03", "experts", ExpertNaming::Grouped));
+  EXPECT_FALSE(splitExpertFQN("experts.weight", "experts", ExpertNaming::Grouped));
+  EXPECT_FALSE(splitExpertFQN("experts.7", "experts", ExpertNaming::Grouped)); // no stem
+  EXPECT_FALSE(splitExpertFQN("other.weight0", "experts", ExpertNaming::Grouped));
+  EXPECT_FALSE(splitExpertFQN("e.local_experts.01.w", "e", ExpertNaming::LocalExperts));
+  EXPECT_FALSE(splitExpertFQN("e.local_experts.x1.w", "e", ExpertNaming::LocalExperts));
+  EXPECT_FALSE(splitExpertFQN("e.local_experts.1", "e", ExpertNaming::LocalExperts));
+  EXPECT_FALSE(splitExpertFQN("e.local_experts.1.", "e", ExpertNaming::LocalExperts));
+  EXPECT_FALSE(splitExpertFQN("e.experts.1.w", "e", ExpertNaming::LocalExperts));
+  EXPECT_FALSE(fsdp::layout::trailingExpertNumber("w1234567890123456789")); // 19 digits
+}

@@ -20,6 +20,7 @@ using namespace fsdp::plan;
 namespace {
 
 using fsdp::testmodels::makeGroup;
+using fsdp::testmodels::moeExample;
 using fsdp::testmodels::workedExample;
 
 std::set<std::string> keysOf(const RankPlan &plan) {
@@ -104,9 +105,9 @@ void checkWholePlan(const ModelLayout &model) {
       const WriteItem &write = *entry.second;
       if (write.source != ItemSource::Buffer || secondaryKeys.count(write.key))
         continue;
-      const GroupSpec &group = model.groups[write.buffer.group];
-      int64_t writerShard = layout::shardIndex(entry.first, model.meshSizes, group.placements);
-      held += writerShard == layout::shardIndex(plan.rank, model.meshSizes, group.placements);
+      // Shards on the group's own mesh (an experts group's, per expert coordinate).
+      std::vector<int64_t> shardOf = groupShardOfRank(model, model.groups[write.buffer.group]);
+      held += shardOf[entry.first] == shardOf[plan.rank];
     }
     EXPECT_EQ(bufferReads, held) << "rank " << plan.rank;
   }
@@ -295,6 +296,150 @@ TEST(CheckpointPlan, HSDPReplicasWriteEachChunkOnceAndShareTheWork) {
   auto [low, high] = std::minmax_element(bytes.begin(), bytes.end());
   EXPECT_GT(*low, 0u);
   EXPECT_LE(*high - *low, largest);
+}
+
+TEST(CheckpointPlan, ExpertsAreSavedUnderGlobalNumbersOnce) {
+  // EP 2 x EDP 2: ranks 0, 2 hold experts 0, 1; ranks 1, 3 experts 2, 3.
+  ModelLayout model = moeExample({2, 2}, 2);
+  checkWholePlan(model);
+  Result<dcp::Metadata> metadata = planGlobalMetadata(model);
+  ASSERT_TRUE(metadata.ok()) << metadata.error();
+  std::vector<std::string> modelKeys, steps;
+  for (const auto &entry : metadata->stateDictMetadata) {
+    if (entry.first.rfind("model.experts.", 0) == 0)
+      modelKeys.push_back(entry.first);
+    if (entry.first.size() > 5 && entry.first.substr(entry.first.size() - 5) == ".step")
+      steps.push_back(entry.first);
+  }
+  // Global order: every coordinate's experts in turn.
+  EXPECT_EQ(modelKeys, (std::vector<std::string>{
+                           "model.experts.fc1.weight0", "model.experts.fc1.weight1",
+                           "model.experts.fc2.weight0", "model.experts.fc2.weight1",
+                           "model.experts.fc1.weight2", "model.experts.fc1.weight3",
+                           "model.experts.fc2.weight2", "model.experts.fc2.weight3"}));
+  // Steps (and the pickled params, in the same order) list every global
+  // expert after the dense parameters, coordinate by coordinate.
+  EXPECT_EQ(steps, (std::vector<std::string>{
+                       "optimizer.state.embed.step", "optimizer.state.router.step",
+                       "optimizer.state.experts.fc1.weight0.step",
+                       "optimizer.state.experts.fc1.weight1.step",
+                       "optimizer.state.experts.fc2.weight0.step",
+                       "optimizer.state.experts.fc2.weight1.step",
+                       "optimizer.state.experts.fc1.weight2.step",
+                       "optimizer.state.experts.fc1.weight3.step",
+                       "optimizer.state.experts.fc2.weight2.step",
+                       "optimizer.state.experts.fc2.weight3.step"}));
+  for (const std::string &key : modelKeys) {
+    const dcp::StorageMetadata *entry = metadata->find(key);
+    ASSERT_NE(entry, nullptr);
+    EXPECT_EQ(entry->chunks.size(), 1u) << key; // one EDP rank's piece each here
+  }
+  // Which rank writes which expert: rank 1 (ep 1, edp 0) writes fc1 of
+  // global experts 2 and 3, and reads back exactly what it holds.
+  Result<RankPlan> rank1 = planRank(model, 1);
+  ASSERT_TRUE(rank1.ok()) << rank1.error();
+  std::vector<std::string> written;
+  for (const WriteItem &item : rank1->writes)
+    if (item.key.rfind("model.experts.", 0) == 0)
+      written.push_back(item.key);
+  EXPECT_EQ(written,
+            (std::vector<std::string>{"model.experts.fc1.weight2", "model.experts.fc1.weight3"}));
+  for (const ReadItem &read : rank1->reads)
+    if (read.key.rfind("model.experts.", 0) == 0)
+      EXPECT_EQ(read.file, dataFileName(1)) << read.key;
+  // Rank 3 (ep 1, edp 1) holds the second half of the experts' buffer.
+  std::vector<int64_t> begins = rankRangeBegins(model, model.groups[1]);
+  EXPECT_EQ(begins[0], 0);
+  EXPECT_EQ(begins[1], 0);
+  EXPECT_EQ(begins[2], model.groups[1].shardSize);
+  EXPECT_EQ(begins[3], model.groups[1].shardSize);
+  // Two expert coordinates of two shards each.
+  EXPECT_EQ(groupShardCount(model, model.groups[1]), 4);
+}
+
+TEST(CheckpointPlan, ExpertKeysDoNotDependOnTheExpertParallelSize) {
+  // 4 experts as EP 1 x EDP 4, EP 2 x EDP 2 and EP 4 x EDP 1: the same keys
+  // and shapes, so any of them loads any other by key.
+  auto keysOf = [](const ModelLayout &model) {
+    std::map<std::string, dcp::Dims> keys;
+    Result<dcp::Metadata> metadata = planGlobalMetadata(model);
+    EXPECT_TRUE(metadata.ok()) << metadata.error();
+    for (const auto &entry : metadata->stateDictMetadata)
+      if (!entry.second.isBytes)
+        keys[entry.first] = entry.second.size;
+    return keys;
+  };
+  auto ep1 = keysOf(moeExample({4, 1}, 4));
+  EXPECT_EQ(ep1, keysOf(moeExample({2, 2}, 2)));
+  EXPECT_EQ(ep1, keysOf(moeExample({1, 4}, 1)));
+  EXPECT_EQ(ep1.count("model.experts.fc2.weight3"), 1u);
+  EXPECT_EQ(ep1.count("model.experts.fc2.weight4"), 0u);
+  for (auto view : {std::vector<int64_t>{4, 1}, {1, 4}})
+    checkWholePlan(moeExample(view, 4 / view.back()));
+}
+
+TEST(CheckpointPlan, HSDPExpertsWriteEachExpertOnce) {
+  using layout::Placement;
+  // erep 2 x edp 1 x ep 2: experts replicated over erep.
+  ModelLayout model = moeExample({2, 1, 2}, 2, {Placement::Replicate, Placement::Shard});
+  checkWholePlan(model); // each (key, chunk) written once
+  std::set<std::string> writers0, writers2;
+  for (int64_t rank : {0, 2}) {
+    Result<RankPlan> plan = planRank(model, rank);
+    ASSERT_TRUE(plan.ok()) << plan.error();
+    for (const WriteItem &item : plan->writes)
+      if (item.key.rfind("model.experts.", 0) == 0)
+        (rank == 0 ? writers0 : writers2).insert(item.key);
+  }
+  // Ranks 0 and 2 replicate EP coordinate 0 and share its four experts' keys.
+  EXPECT_FALSE(writers0.empty());
+  EXPECT_FALSE(writers2.empty());
+  for (const std::string &key : writers0)
+    EXPECT_EQ(writers2.count(key), 0u) << key;
+  EXPECT_EQ(writers0.size() + writers2.size(), 4u);
+}
+
+TEST(CheckpointPlan, RejectsExpertGroupsThatWouldCollide) {
+  ModelLayout model = moeExample();
+  auto errorOf = [](const ModelLayout &bad) {
+    Result<RankPlan> plan = planRank(bad, 0);
+    return plan.ok() ? std::string("(planned)") : plan.error();
+  };
+  ModelLayout beyond = model;
+  beyond.groups[1].members[1].expert->local = 2;
+  EXPECT_NE(errorOf(beyond).find("is local expert 2 but each rank holds 2"), std::string::npos)
+      << errorOf(beyond);
+  ModelLayout unnamed = model;
+  unnamed.groups[1].members[0].expert.reset();
+  EXPECT_NE(errorOf(unnamed).find("must be one untied parameter with a local expert number"),
+            std::string::npos)
+      << errorOf(unnamed);
+  ModelLayout stray = model;
+  stray.groups[0].members[0].expert = layout::ExpertName{"embed", 0, ""};
+  EXPECT_NE(errorOf(stray).find("its group holds no experts"), std::string::npos)
+      << errorOf(stray);
+  // Local expert 1 of ep 0 and local expert 0 of ep 0 renamed to one name:
+  // global weight1 twice.
+  ModelLayout twice = model;
+  twice.groups[1].members[0].fqns = {"experts.fc1.weight1"};
+  twice.groups[1].members[0].expert = layout::ExpertName{"experts.fc1.weight", 1, ""};
+  EXPECT_NE(errorOf(twice).find("FQN 'experts.fc1.weight1' appears twice"), std::string::npos)
+      << errorOf(twice);
+  ModelLayout wrongWorld = model;
+  wrongWorld.groups[1].experts->mesh.viewSizes = {2, 4};
+  ModelLayout shortWorld = model;
+  shortWorld.groups[1].experts->mesh.viewSizes = {1, 2};
+  EXPECT_NE(errorOf(shortWorld).find("multiply out to 2 ranks but the world mesh has 4"),
+            std::string::npos)
+      << errorOf(shortWorld);
+  EXPECT_NE(errorOf(wrongWorld).find("more ranks than the world's 4"), std::string::npos)
+      << errorOf(wrongWorld);
+  // The experts' layout is that of their own mesh (2 ranks), not the world's.
+  ModelLayout worldLayout = model;
+  worldLayout.groups[1].shardSize /= 2;
+  EXPECT_NE(errorOf(worldLayout), "(planned)");
+  // planIdentity tells the expert meshes apart.
+  EXPECT_NE(planIdentity(moeExample({2, 2}, 2)), planIdentity(moeExample({4, 1}, 4)));
 }
 
 TEST(CheckpointPlan, RandomModelsPlanConsistently) {

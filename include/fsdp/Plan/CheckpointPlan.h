@@ -12,7 +12,8 @@
 // FQN of a tied parameter), `optimizer.state.<fqn>.<state>` (each of the
 // optimizer's state tensors, named as their buffer roles, and `step` where the
 // optimizer keeps one) and one bytes item per hyper-parameter
-// `optimizer.param_groups.0.<name>`.
+// `optimizer.param_groups.0.<name>`. An experts group's keys carry global
+// expert numbers (docs/Experts.md), one entry per expert.
 //
 // Costs: planning one rank is O(that rank's items) (plus its replicas' for
 // HSDP reads); the global metadata is O(all items) and built once.
