@@ -33,8 +33,31 @@ static void writeGroup(llvm::json::OStream &json, MeshOp mesh, ParamGroupOp grou
   for (auto [rank, begin] : llvm::enumerate(ranks))
     ranksOfShard[begin / shardSize].push_back(rank);
 
+  // An experts group: its parameters' names on every expert coordinate.
+  ModelOp model = group->getParentOfType<ModelOp>();
+  NNModuleOp unit = findUnit(model, group.getUnit());
+  ExpertsAttr experts = unit ? unit.getExpertsAttr() : ExpertsAttr();
+  UnitMesh unitMesh = unit ? getUnitMesh(unit) : UnitMesh();
+  if (!unitMesh.experts)
+    experts = ExpertsAttr();
+  layout::ExpertNaming naming = experts && experts.getNaming() == ExpertNaming::LocalExperts
+                                    ? layout::ExpertNaming::LocalExperts
+                                    : layout::ExpertNaming::Grouped;
+  int64_t expertGroups = experts ? unitMesh.experts->expertGroups() : 1;
+  int64_t perRank = experts ? experts.getCount() / expertGroups : 0;
+
   json.object([&] {
     json.attribute("unit", jsonString(group.getUnit()));
+    if (experts)
+      json.attributeObject("experts", [&] {
+        json.attribute("mesh", jsonString(experts.getMesh().getValue()));
+        json.attribute("count", experts.getCount());
+        json.attribute("per_rank", perRank);
+        json.attributeArray("expert_coords", [&] {
+          for (size_t rank = 0; rank < ranks.size(); ++rank)
+            json.value(unitMesh.experts->expertCoord(static_cast<int64_t>(rank)));
+        });
+      });
     json.attribute("dtype", getDTypeName(group.getDtype()));
     json.attribute("requires_grad", group.getRequiresGrad());
     json.attribute("chunk", *group.getChunk());
@@ -61,6 +84,14 @@ static void writeGroup(llvm::json::OStream &json, MeshOp mesh, ParamGroupOp grou
               json.value(dim);
           });
           json.attribute("offset", *member.getOffset());
+          if (experts)
+            if (std::optional<layout::ExpertName> name =
+                    layout::splitExpertFQN(member.getFQN(), group.getUnit(), naming))
+              json.attributeArray("global_fqns", [&] {
+                for (int64_t e = 0; e < expertGroups; ++e)
+                  json.value(jsonString(
+                      name->withNumber(layout::globalExpert(name->local, e, perRank))));
+              });
           if (member.getFqns().size() > 1)
             json.attributeArray("tied_fqns", [&] {
               for (Attribute fqn : member.getFqns().getValue().drop_front())

@@ -1,4 +1,5 @@
 // RUN: fsdp-opt %s --fsdp-lower-fully-shard | FileCheck %s
+// RUN: fsdp-opt %s --fsdp-lower-fully-shard | fsdp-translate --emit-layout-json | FileCheck %s --check-prefix=LAYOUT
 // RUN: fsdp-opt %s --fsdp-lower-fully-shard | fsdp-translate --emit-checkpoint-plan --plan-format=json | grep -o '"key": "model.moe[^"]*"' | FileCheck %s --check-prefix=PLAN
 
 // A mixture-of-experts layer on world dp=8 viewed as (edp=2, ep=4): 8
@@ -9,6 +10,22 @@
 // CHECK:      fsdp.param_group @group1 unit "moe.experts" : f32 policy <[shard], main_params = f32> chunk 3 size 30 shard_size 15 ranks [0, 0, 0, 0, 15, 15, 15, 15]
 // CHECK-NEXT:   fsdp.member ["moe.experts.weight0"] : tensor<5x3xf32> offset 0 pieces [0: [0, 5) at 0]
 // CHECK-NEXT:   fsdp.member ["moe.experts.weight1"] : tensor<5x3xf32> offset 15 pieces [1: [0, 5) at 0]
+
+// The layout JSON names each local expert's tensor on every EP coordinate.
+// LAYOUT:      "unit": "moe.experts",
+// LAYOUT-NEXT: "experts": {
+// LAYOUT-NEXT:   "mesh": "experts",
+// LAYOUT-NEXT:   "count": 8,
+// LAYOUT-NEXT:   "per_rank": 2,
+// LAYOUT-NEXT:   "expert_coords": [
+// LAYOUT-NEXT:    0,
+// LAYOUT-NEXT:    1,
+// LAYOUT:      "fqn": "moe.experts.weight1",
+// LAYOUT:      "global_fqns": [
+// LAYOUT-NEXT:  "moe.experts.weight1",
+// LAYOUT-NEXT:  "moe.experts.weight3",
+// LAYOUT-NEXT:  "moe.experts.weight5",
+// LAYOUT-NEXT:  "moe.experts.weight7"
 
 // The plan writes each expert under its global number, rank by rank (ep is
 // r % 4, edp is r / 4): local expert i of ep e is global i + 2e, and edp 0
