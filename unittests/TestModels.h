@@ -88,7 +88,7 @@ inline plan::ModelLayout moeExample(std::vector<int64_t> view = {2, 2}, int64_t 
                            : layout::Shape{5, 7});
     }
   plan::GroupSpec experts = makeGroup("experts", fqns, shapes, mesh.meshSizes(), placements);
-  experts.experts = plan::ExpertGroupSpec{mesh, perRank};
+  experts.experts = plan::ExpertGroupSpec{mesh, perRank, layout::ExpertNaming::Grouped};
   for (plan::MemberSpec &member : experts.members)
     member.expert =
         layout::splitExpertFQN(member.fqns.front(), "experts", layout::ExpertNaming::Grouped);

@@ -20,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <queue>
+#include <set>
 #include <unordered_map>
 
 namespace fsdp {
@@ -516,8 +517,10 @@ Result<RankPlan> Planner::planRank(int64_t rank) {
 }
 
 void Planner::listCheckpointParams() {
-  // An experts group's parameters are listed where its first one is: every
-  // expert-parallel coordinate's in turn, so global experts come in order.
+  // An experts group's parameters are listed where its first one is, in the
+  // order a model holding every expert (EP 1) lists them, whatever the EP
+  // size: grouped, each parameter path's experts 0..E-1 in turn; local
+  // experts, each expert's parameters in turn.
   struct Owner {
     size_t group;
     const MemberSpec *member;
@@ -532,21 +535,45 @@ void Planner::listCheckpointParams() {
     if (model_.groups[owner.group].experts)
       expertParams[owner.group].push_back(owner.member);
   }
+  std::unordered_map<std::string, int64_t> indexOf;
+  auto add = [&](std::string name) {
+    indexOf.emplace(name, static_cast<int64_t>(params_.size()));
+    params_.push_back(std::move(name));
+  };
   for (const std::string &fqn : model_.optimizerParams) {
     const Owner &owner = ownerOf.at(fqn);
     const GroupSpec &group = model_.groups[owner.group];
     if (!group.experts) {
       paramIndex_[fqn] = {static_cast<int64_t>(params_.size())};
-      params_.push_back(fqn);
+      add(fqn);
       continue;
     }
     std::vector<const MemberSpec *> &members = expertParams[owner.group];
-    for (int64_t e = 0; e < group.expertGroups(); ++e)
-      for (const MemberSpec *member : members) {
-        paramIndex_[member->fqns.front()].push_back(static_cast<int64_t>(params_.size()));
-        params_.push_back(group.memberFQN(*member, 0, e));
-      }
-    members.clear(); // listed: the group's later parameters add nothing
+    if (members.empty())
+      continue; // listed where the group's first parameter stands
+    int64_t count = group.experts->perRank * group.expertGroups();
+    // The distinct (head, tail) slots, in first-occurrence order.
+    std::vector<std::pair<std::string, std::string>> slots;
+    std::set<std::pair<std::string, std::string>> seen;
+    for (const MemberSpec *member : members)
+      if (seen.insert({member->expert->head, member->expert->tail}).second)
+        slots.push_back({member->expert->head, member->expert->tail});
+    auto name = [](const std::pair<std::string, std::string> &slot, int64_t number) {
+      return slot.first + std::to_string(number) + slot.second;
+    };
+    if (group.experts->naming == layout::ExpertNaming::Grouped) {
+      for (const auto &slot : slots)
+        for (int64_t number = 0; number < count; ++number)
+          add(name(slot, number));
+    } else {
+      for (int64_t number = 0; number < count; ++number)
+        for (const auto &slot : slots)
+          add(name(slot, number));
+    }
+    for (const MemberSpec *member : members)
+      for (int64_t e = 0; e < group.expertGroups(); ++e)
+        paramIndex_[member->fqns.front()].push_back(indexOf.at(group.memberFQN(*member, 0, e)));
+    members.clear();
   }
 }
 
@@ -942,6 +969,7 @@ uint64_t planIdentity(const ModelLayout &model) {
         addInt(size);
       addInt(group.experts->mesh.expertAxis);
       addInt(group.experts->perRank);
+      addInt(static_cast<int>(group.experts->naming));
     }
     for (const MemberSpec &member : group.members) {
       for (const std::string &fqn : member.fqns)

@@ -152,6 +152,19 @@ _PATCHED = ("megatron_fsdp.experimental.module",)
 _saved: dict[str, object] = {}
 
 
+def skip_module_unless_importable():
+    """At a test module's top: skips the whole module where megatron_fsdp.experimental (or
+    fsdp_mlir) does not import here (not installed, or needing what this machine lacks)."""
+    import importlib
+    import pytest
+    pytest.importorskip("fsdp_mlir")
+    try:
+        importlib.import_module("megatron_fsdp.experimental")
+    except Exception as e:
+        pytest.skip(f"megatron-fsdp (experimental) is not importable here: {e}",
+                    allow_module_level=True)
+
+
 def install():
     """Make megatron_fsdp.experimental run on CPU in this process (idempotent). Only the
     `torch` global of megatron_fsdp.experimental.module is replaced; uninstall() restores it."""

@@ -5,19 +5,15 @@ same bytes where our plan (and tests' packing) puts them, attach accepts its mod
 separately allocated Adam state into packed buffers), and save/load round-trips through it.
 Skipped, never passed, where the wheel is not installed or needs CUDA."""
 
-import importlib
 import os
 
 import pytest
 
 torch = pytest.importorskip("torch")
-fm = pytest.importorskip("fsdp_mlir")
-dist = pytest.importorskip("torch.distributed")
-try:
-    importlib.import_module("megatron_fsdp.experimental")
-except Exception as e:  # not installed, or needs what this machine lacks
-    pytest.skip(f"megatron-fsdp (experimental) is not importable here: {e}",
-                allow_module_level=True)
+import megatron_cpu  # noqa: E402
+
+megatron_cpu.skip_module_unless_importable()
+import torch.distributed as dist  # noqa: E402
 
 import torch_packing as tp  # noqa: E402
 from fsdp_mlir import torch as fmt  # noqa: E402

@@ -55,6 +55,7 @@ struct ExpertGroupSpec {
   layout::ExpertMesh mesh;
   /// Experts a rank holds: the count over the expert-parallel size.
   int64_t perRank = 1;
+  layout::ExpertNaming naming = layout::ExpertNaming::Grouped;
 };
 
 struct GroupSpec {

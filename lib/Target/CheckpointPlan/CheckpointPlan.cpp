@@ -195,9 +195,9 @@ FailureOr<plan::ModelLayout> fsdp::buildModelLayout(ModelOp model) {
         return group.emitError() << "unit \"" << printable(group.getUnit())
                                  << "\" has experts on a mesh that does not resolve";
       int64_t perRank = experts.getCount() / unitMesh.experts->expertGroups();
-      spec.experts = plan::ExpertGroupSpec{*unitMesh.experts, perRank};
       naming = experts.getNaming() == ExpertNaming::Grouped ? layout::ExpertNaming::Grouped
                                                              : layout::ExpertNaming::LocalExperts;
+      spec.experts = plan::ExpertGroupSpec{*unitMesh.experts, perRank, naming};
     }
     for (MemberOp member : group.getBody().getOps<MemberOp>()) {
       plan::MemberSpec memberSpec;

@@ -53,6 +53,7 @@ static void writeGroup(llvm::json::OStream &json, MeshOp mesh, ParamGroupOp grou
         json.attribute("mesh", jsonString(experts.getMesh().getValue()));
         json.attribute("count", experts.getCount());
         json.attribute("per_rank", perRank);
+        json.attribute("naming", stringifyExpertNaming(experts.getNaming()));
         json.attributeArray("expert_coords", [&] {
           for (size_t rank = 0; rank < ranks.size(); ++rank)
             json.value(unitMesh.experts->expertCoord(static_cast<int64_t>(rank)));
@@ -87,11 +88,19 @@ static void writeGroup(llvm::json::OStream &json, MeshOp mesh, ParamGroupOp grou
           if (experts)
             if (std::optional<layout::ExpertName> name =
                     layout::splitExpertFQN(member.getFQN(), group.getUnit(), naming))
+            {
+              // The name split around its number: head + <global number> + tail.
+              json.attributeObject("expert", [&] {
+                json.attribute("head", jsonString(name->head));
+                json.attribute("local", name->local);
+                json.attribute("tail", jsonString(name->tail));
+              });
               json.attributeArray("global_fqns", [&] {
                 for (int64_t e = 0; e < expertGroups; ++e)
                   json.value(jsonString(
                       name->withNumber(layout::globalExpert(name->local, e, perRank))));
               });
+            }
           if (member.getFqns().size() > 1)
             json.attributeArray("tied_fqns", [&] {
               for (Attribute fqn : member.getFqns().getValue().drop_front())

@@ -57,6 +57,35 @@ class _Attachment:
                              f"(shape {tuple(p.shape)})")
         return m.fqn
 
+    def checkpoint_param_names(self, fqns: List[str]) -> List[str]:
+        """An optimizer param group's FQNs as a checkpoint lists them: an experts unit's
+        parameters under their global names, where its first one stands, in the order a
+        model holding every expert lists them (the plan's `params`, docs/Experts.md)."""
+        member_of = {m.fqn: (g, m) for g in self.groups for m in g.members}
+        out: List[str] = []
+        listed = set()
+        for fqn in fqns:
+            g, m = member_of.get(fqn, (None, None))
+            if m is None or m.expert is None:
+                out.append(fqn)
+                continue
+            if g.index in listed:
+                continue
+            listed.add(g.index)
+            slots = []
+            for f in fqns:
+                other = member_of.get(f, (None, None))
+                if other[0] is g:
+                    slot = (other[1].expert["head"], other[1].expert["tail"])
+                    if slot not in slots:
+                        slots.append(slot)
+            count = int(g.experts["count"])
+            if g.experts["naming"] == "grouped":
+                out += [f"{h}{n}{t}" for h, t in slots for n in range(count)]
+            else:
+                out += [f"{h}{n}{t}" for n in range(count) for h, t in slots]
+        return out
+
     def trainable_params(self) -> List[Any]:
         return [self.params[m.fqn] for g in self.groups if g.requires_grad for m in g.members]
 

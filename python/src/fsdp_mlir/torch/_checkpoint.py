@@ -36,7 +36,7 @@ def _live_items(att: _Attachment, extra, with_optimizer=True) -> List[_state.Ite
     ck = att.checkpointer
     items: List[_state.Item] = []
     if att.optimizer is not None and with_optimizer:
-        groups = _optim.param_groups_state(att.optimizer, att.fqn_of)
+        groups = _optim.param_groups_state(att.optimizer, att.fqn_of, att.checkpoint_param_names)
         items += _state.to_items({"optimizer": {"param_groups": groups}})
     shared, mine = _state.extra_items(extra, att.rank)
     if att.world_size > 1 and _has_per_rank(extra):
@@ -172,7 +172,8 @@ def load_checkpoint(model: torch.nn.Module, optimizer, checkpoint_dir, *,
             raise _fm().Incompatible("load_checkpoint: the checkpoint holds no optimizer step "
                                      "(strict=False loads what fits)")
         saved = {k: value(k) for k in list(values) + list(tensors) if k.startswith(_PARAM_GROUPS)}
-        _optim.restore_param_groups(att.optimizer, saved, att.fqn_of, strict, report)
+        _optim.restore_param_groups(att.optimizer, saved, att.fqn_of, strict, report,
+                                    att.checkpoint_param_names)
     if sync_model_weights:
         _refresh_compute_weights(att)
     for name, obj in (extra or {}).items():

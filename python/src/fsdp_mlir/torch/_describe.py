@@ -80,10 +80,74 @@ def _optimizer_dict(optimizer, state_dtype) -> Dict[str, Any]:
     return out
 
 
+def _local_expert_count(unit: torch.nn.Module, fqn: str, naming: str) -> int:
+    """How many local experts `unit` holds: local_experts' children, or the distinct numbers
+    its grouped parameters' names end with."""
+    if naming == "local_experts":
+        return len(unit.local_experts) if hasattr(unit, "local_experts") else 0
+    numbers = set()
+    for name, _ in unit.named_parameters():
+        leaf = name.rsplit(".", 1)[-1]
+        digits = len(leaf) - len(leaf.rstrip("0123456789"))
+        if digits:
+            numbers.add(int(leaf[-digits:]))
+    return len(numbers)
+
+
+def _expert_units(module, experts, fqn_of_module) -> Dict[str, Dict[str, Any]]:
+    """{unit fqn: its "experts" entry} for describe's `experts` argument."""
+    if not isinstance(experts, Mapping) or "mesh" not in experts:
+        raise ValueError("describe: experts needs {'mesh': [(axis, size), ...], ...} with the "
+                         "expert-parallel axis last (or named by 'expert_axis')")
+    unknown = set(experts) - {"mesh", "expert_axis", "units", "count", "naming", "placements"}
+    if unknown:
+        raise ValueError(f"describe: unknown experts keys {sorted(unknown)}")
+    axes = _mesh_list(experts["mesh"])
+    if len(axes) < 2:
+        raise ValueError("describe: the expert mesh needs a data-parallel axis besides the "
+                         "expert-parallel one")
+    axis = experts.get("expert_axis", axes[-1]["name"])
+    sizes = {a["name"]: a["size"] for a in axes}
+    if axis not in sizes:
+        raise ValueError(f"describe: expert_axis {axis!r} is not an axis of the expert mesh")
+    units = experts.get("units")
+    if units is None:  # Megatron's convention: the modules named `experts`
+        fqns = [name for name, m in module.named_modules() if name.rsplit(".", 1)[-1] == "experts"]
+    else:
+        fqns = []
+        for u in units:
+            if isinstance(u, torch.nn.Module):
+                if id(u) not in fqn_of_module:
+                    raise ValueError("describe: an experts unit is not a submodule of the model")
+                fqns.append(fqn_of_module[id(u)])
+            else:
+                fqns.append(str(u))
+    if not fqns:
+        raise ValueError("describe: experts given but no module is named 'experts' (pass "
+                         "experts={'units': [...]})")
+    placements = _placements_list(experts.get("placements", ["shard"] * (len(axes) - 1)),
+                                  len(axes) - 1)
+    out = {}
+    for fqn in fqns:
+        try:
+            unit = module.get_submodule(fqn)
+        except AttributeError:
+            raise ValueError(f"describe: experts unit {fqn!r} is not a submodule") from None
+        naming = experts.get("naming") or (
+            "local_experts" if hasattr(unit, "local_experts") else "grouped")
+        count = experts.get("count")
+        if count is None:
+            count = _local_expert_count(unit, fqn, naming) * sizes[axis]
+        out[fqn] = {"placements": placements,
+                    "experts": {"mesh": "experts", "count": int(count), "naming": naming}}
+    return {"axes": axes, "expert_axis": axis, "units": out}
+
+
 def describe(module: torch.nn.Module, units: Iterable = (), mesh=None,
              placements=("shard",), optimizer=None, main_params_dtype="float32",
              main_grads_dtype=None, *, state_dtype=None,
-             param_dtypes: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+             param_dtypes: Optional[Mapping[str, Any]] = None,
+             experts: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
     """The fsdp-model-v1 description (docs/ModelDescription.md) of `module`.
 
     units: the `fully_shard` modules, as FQNs or module objects; the root is always a unit
@@ -97,6 +161,11 @@ def describe(module: torch.nn.Module, units: Iterable = (), mesh=None,
     param_dtypes: {fqn: dtype} for parameters whose tensor is not of the model's dtype (after
     Megatron-FSDP's fully_shard a parameter is its f32 main weight; the model dtype is that of
     its compute weight).
+    experts: a mixture of experts (docs/Experts.md): {"mesh": [("edp", 2), ("ep", 4)]} views
+    the world as the experts' mesh, the expert-parallel axis last (or "expert_axis"); every
+    module named `experts` (or "units": [...]) becomes a unit sharded on it ("placements",
+    default shard), holding this rank's local experts; "count" (default: local experts x EP)
+    and "naming" ("grouped" or "local_experts", found from the module) describe them.
     """
     if not isinstance(module, torch.nn.Module):
         raise TypeError(f"describe: expected a torch.nn.Module, got {type(module).__name__}")
@@ -122,6 +191,10 @@ def describe(module: torch.nn.Module, units: Iterable = (), mesh=None,
         else:
             raise TypeError(f"describe: units are module FQNs or modules, got {type(u).__name__}")
 
+    expert_spec = _expert_units(module, experts, fqn_of_module) if experts is not None else None
+    if expert_spec:
+        unit_fqns.update(expert_spec["units"])
+
     fully_shard = {"placements": list(placements),
                    "main_params_dtype": _short_dtype(main_params_dtype, "main_params_dtype")}
     if main_grads_dtype is not None:
@@ -135,6 +208,10 @@ def describe(module: torch.nn.Module, units: Iterable = (), mesh=None,
         node: Dict[str, Any] = {"name": name}
         if fqn in unit_fqns:
             node["fully_shard"] = dict(fully_shard, placements=list(placements))
+        if expert_spec and fqn in expert_spec["units"]:
+            spec = expert_spec["units"][fqn]
+            node["fully_shard"]["placements"] = list(spec["placements"])
+            node["experts"] = dict(spec["experts"])
         params = []
         for pname, p in m._parameters.items():
             if p is None:
@@ -176,6 +253,9 @@ def describe(module: torch.nn.Module, units: Iterable = (), mesh=None,
     out: Dict[str, Any] = {"format": "fsdp-model-v1"}
     if mesh_axes is not None:
         out["mesh"] = mesh_axes
+    if expert_spec:
+        out["expert_meshes"] = [{"name": "experts", "axes": expert_spec["axes"],
+                                 "experts": expert_spec["expert_axis"]}]
     if optimizer is not None:
         out["optimizer"] = _optimizer_dict(optimizer, state_dtype)
     out["module"] = root

@@ -99,11 +99,15 @@ def _local(t):
 
 
 class _Member:
-    __slots__ = ("fqn", "fqns", "shape", "rows", "row_offset", "local_offset", "row_size")
+    __slots__ = ("fqn", "fqns", "shape", "rows", "row_offset", "local_offset", "row_size",
+                 "global_fqns", "expert")
 
     def __init__(self, entry, rank):
         self.fqn = entry["fqn"]
         self.fqns = [entry["fqn"]] + list(entry.get("tied_fqns", []))
+        # A local expert's checkpoint name on each expert-parallel coordinate (experts only).
+        self.global_fqns = list(entry["global_fqns"]) if "global_fqns" in entry else None
+        self.expert = entry.get("expert")  # {"head", "local", "tail"}
         self.shape = tuple(entry["shape"])
         self.row_size = math.prod(self.shape[1:]) if len(self.shape) > 1 else 1
         self.rows, self.row_offset, self.local_offset = 0, None, 0
@@ -126,6 +130,7 @@ class _Group:
         self.shard_size = int(entry["shard_size"])
         self.roles = {b["role"]: b for b in entry["buffers"]}
         self.members = [_Member(p, rank) for p in entry["params"]]
+        self.experts = entry.get("experts")  # {"count", "naming", ...} of an experts group
         rng = [r for r in entry["ranks"] if r["rank"] == rank]
         self.begin = rng[0]["begin"] if rng else None
 

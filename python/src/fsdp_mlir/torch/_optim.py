@@ -156,9 +156,10 @@ def reset_state(optimizer, params_by_fqn: Mapping[str, Any]) -> None:
                 del st[role]
 
 
-def param_groups_state(optimizer, fqn_of) -> List[Dict[str, Any]]:
+def param_groups_state(optimizer, fqn_of, names=lambda fqns: fqns) -> List[Dict[str, Any]]:
     """The optimizer's param groups as `optimizer.state_dict()` has them now, `params` as FQNs
-    (what torch's get_optimizer_state_dict gives)."""
+    (what torch's get_optimizer_state_dict gives), through `names` (experts: their global
+    names)."""
     ordered = [p for g in optimizer.param_groups for p in g["params"]]
     groups = optimizer.state_dict()["param_groups"]
     out = []
@@ -166,14 +167,14 @@ def param_groups_state(optimizer, fqn_of) -> List[Dict[str, Any]]:
         entry = {}
         for key, value in group.items():
             if key == "params":
-                value = [fqn_of(ordered[i]) for i in value]
+                value = names([fqn_of(ordered[i]) for i in value])
             entry[key] = value
         out.append(entry)
     return out
 
 
 def restore_param_groups(optimizer, saved: Mapping[str, Any], fqn_of, strict: bool,
-                         report: Dict[str, List[str]]) -> None:
+                         report: Dict[str, List[str]], names=lambda fqns: fqns) -> None:
     """Puts the checkpoint's param groups (`saved`: flat key -> value, keys
     `optimizer.param_groups.<i>.<key>`) into the optimizer: every key of every group, checked
     to describe the same groups of the same parameters. Raises Incompatible naming the first
@@ -204,7 +205,7 @@ def restore_param_groups(optimizer, saved: Mapping[str, Any], fqn_of, strict: bo
             return
     for i, group in enumerate(live):
         stored = by_group.get(i, {})
-        fqns = [fqn_of(p) for p in group["params"]]
+        fqns = names([fqn_of(p) for p in group["params"]])
         if "params" in stored and list(stored["params"]) != fqns:
             theirs = list(stored["params"])
             only_ours = [f for f in fqns if f not in theirs]

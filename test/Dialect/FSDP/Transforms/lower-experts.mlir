@@ -17,10 +17,15 @@
 // LAYOUT-NEXT:   "mesh": "experts",
 // LAYOUT-NEXT:   "count": 8,
 // LAYOUT-NEXT:   "per_rank": 2,
+// LAYOUT-NEXT:   "naming": "grouped",
 // LAYOUT-NEXT:   "expert_coords": [
 // LAYOUT-NEXT:    0,
 // LAYOUT-NEXT:    1,
 // LAYOUT:      "fqn": "moe.experts.weight1",
+// LAYOUT:      "expert": {
+// LAYOUT-NEXT:  "head": "moe.experts.weight",
+// LAYOUT-NEXT:  "local": 1,
+// LAYOUT-NEXT:  "tail": ""
 // LAYOUT:      "global_fqns": [
 // LAYOUT-NEXT:  "moe.experts.weight1",
 // LAYOUT-NEXT:  "moe.experts.weight3",

@@ -1,0 +1,216 @@
+"""Mixture-of-experts models (docs/Experts.md) with Megatron-FSDP itself (the PyPI wheel's
+`experimental` fully_shard, on CPU with gloo): the experts module is fully_shard-ed on a 1-D
+expert-data-parallel sub-mesh, every other unit on the world. Each rank holds its own local
+experts; our checkpoint names them globally, PyTorch's dcp.load sees each expert once with the
+bytes Megatron-FSDP held, a model with another expert-parallel size loads it with every value
+right, and a resume on the same layout continues bit-exactly."""
+
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import megatron_cpu  # noqa: E402
+
+megatron_cpu.skip_module_unless_importable()
+import torch.distributed as dist  # noqa: E402
+
+import torch_packing as tp  # noqa: E402
+from fsdp_mlir import torch as fmt  # noqa: E402
+
+EXPERTS = 4
+WORLD = 4
+
+
+class GroupedExperts(torch.nn.Module):
+    """Megatron-Core's grouped-GEMM naming: linear_fc1.weight<i>, linear_fc2.weight<i>."""
+
+    def __init__(self, per_rank, first):
+        super().__init__()
+        self.per_rank = per_rank
+        self.linear_fc1 = torch.nn.Module()
+        self.linear_fc2 = torch.nn.Module()
+        for i in range(per_rank):
+            # Global expert first + i has the same weights whatever the EP size.
+            g = torch.Generator().manual_seed(1000 + first + i)
+            self.linear_fc1.register_parameter(
+                f"weight{i}", torch.nn.Parameter(torch.randn(7, 6, generator=g)))
+            self.linear_fc2.register_parameter(
+                f"weight{i}", torch.nn.Parameter(torch.randn(5, 7, generator=g)))
+
+    def forward(self, x):
+        out = 0
+        for i in range(self.per_rank):
+            h = torch.tanh(x @ getattr(self.linear_fc1, f"weight{i}").t())
+            out = out + (h @ getattr(self.linear_fc2, f"weight{i}").t()).square().mean()
+        return out
+
+
+class ToyMoE(torch.nn.Module):
+    def __init__(self, per_rank, first):
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.embed = torch.nn.Parameter(torch.randn(11, 6, generator=g))
+        self.mlp = torch.nn.Module()
+        self.mlp.router = torch.nn.Parameter(torch.randn(EXPERTS, 6, generator=g))
+        self.mlp.experts = GroupedExperts(per_rank, first)
+
+    def forward(self, x):
+        h = torch.tanh(x @ self.embed[:6].t())
+        return (h @ self.mlp.router.t()).square().mean() + self.mlp.experts(h)
+
+
+def expert_view(ep):
+    return [("edp", WORLD // ep), ("ep", ep)]
+
+
+def build(rank, ep):
+    """This rank's Megatron-FSDP MoE: EP coordinate rank % ep (Megatron-Core's order)."""
+    megatron_cpu.install()
+    from megatron_fsdp import MixedPrecisionPolicy
+    from megatron_fsdp.experimental import fully_shard, fully_shard_optimizer
+    from megatron_fsdp.experimental.placement import Flat, Placements
+    from torch.distributed.device_mesh import init_device_mesh
+    per_rank = EXPERTS // ep
+    model = ToyMoE(per_rank, (rank % ep) * per_rank)
+    world = init_device_mesh("cpu", (WORLD,), mesh_dim_names=("dp",))
+    view = init_device_mesh("cpu", (WORLD // ep, ep), mesh_dim_names=("edp", "ep"))
+    policy = MixedPrecisionPolicy(main_params_dtype=torch.float32,
+                                  main_grads_dtype=torch.float32)
+
+    def flat(axis):
+        return Placements(dp_axes=[axis], parameter=[Flat()], gradient=[Flat()],
+                          optimizer=[Flat()])
+    fully_shard(model.mlp.experts, view["edp"], flat("edp"), policy)
+    fully_shard(model, world, flat("dp"), policy)
+    opt = torch.optim.AdamW(list(model.parameters()), lr=1e-2)
+    fully_shard_optimizer(opt)
+    return model, opt
+
+
+def train(model, opt, rank, steps, first=0):
+    for step in range(first, first + steps):
+        x = torch.randn(3, 6, generator=torch.Generator().manual_seed(100 * step + rank))
+        model(x).backward()
+        opt.step()
+        opt.zero_grad()
+
+
+def pieces(model, layout, rank):
+    """{checkpoint key: (first row, this rank's main-weight rows)} of every piece it holds."""
+    out = {}
+    for g in layout["groups"]:
+        coord = g["experts"]["expert_coords"][rank] if "experts" in g else None
+        for p in g["params"]:
+            for c in p["chunks"]:
+                if c["rank"] != rank or not c["rows"]:
+                    continue
+                key = p["global_fqns"][coord] if coord is not None else p["fqn"]
+                local = model.get_parameter(p["fqn"])._local_tensor
+                out["model." + key] = (c["row_offset"], local.detach().clone().reshape(
+                    [c["rows"]] + p["shape"][1:]))
+    return out
+
+
+def snapshot(model, opt):
+    """Every parameter's local main weight and its optimizer state, as this rank holds them."""
+    def local(t):
+        t = t._local_tensor if hasattr(t, "_local_tensor") else t
+        return t.detach().clone() if torch.is_tensor(t) else torch.tensor(float(t))
+    out = {}
+    for name, p in model.named_parameters():
+        out[name] = local(p)
+        for role, t in opt.state.get(p, {}).items():
+            out[f"state.{name}.{role}"] = local(t)
+    return out
+
+
+def save_worker(rank, world, port, plan, layout, ck, out):
+    model, opt = build(rank, 2)
+    fmt.attach(model, opt, plan, comm=dist.group.WORLD)
+    train(model, opt, rank, 2)
+    fmt.save_checkpoint(model, opt, ck)
+    torch.save(pieces(model, layout, rank), f"{out}.pieces{rank}")
+    train(model, opt, rank, 1, first=2)
+    torch.save(snapshot(model, opt), f"{out}.never-stopped{rank}")
+
+
+def resume_worker(rank, world, port, plan, ck, out):
+    model, opt = build(rank, 2)
+    fmt.attach(model, opt, plan, comm=dist.group.WORLD)
+    fmt.load_checkpoint(model, opt, ck)
+    train(model, opt, rank, 1, first=2)
+    torch.save(snapshot(model, opt), f"{out}.resumed{rank}")
+
+
+def other_ep_worker(rank, world, port, plan, layout, ck, out):
+    model, opt = build(rank, 1)  # EP 1 x EDP 4: every rank holds all 4 experts' rows
+    fmt.attach(model, opt, plan, comm=dist.group.WORLD)
+    fmt.load_checkpoint(model, opt, ck)
+    torch.save(pieces(model, layout, rank), f"{out}.ep1-pieces{rank}")
+
+
+def describe_for(ep):
+    model = ToyMoE(EXPERTS // ep, 0)
+    opt = torch.optim.AdamW(list(model.parameters()), lr=1e-2)
+    return fmt.describe(model, mesh={"dp": WORLD}, optimizer=opt,
+                        experts={"mesh": expert_view(ep)})
+
+
+def test_describe_finds_the_experts():
+    d = describe_for(2)
+    assert d["expert_meshes"] == [{"name": "experts", "axes": [
+        {"name": "edp", "size": 2}, {"name": "ep", "size": 2}], "experts": "ep"}]
+    mlp = d["module"]["children"][0]
+    experts = mlp["children"][0]
+    assert experts["name"] == "experts"
+    assert experts["experts"] == {"mesh": "experts", "count": 4, "naming": "grouped"}
+    assert experts["fully_shard"]["placements"] == ["shard"]
+    with pytest.raises(ValueError, match="expert_axis 'x' is not an axis"):
+        fmt.describe(ToyMoE(2, 0), mesh={"dp": 4},
+                     experts={"mesh": expert_view(2), "expert_axis": "x"})
+    with pytest.raises(ValueError, match="no module is named 'experts'"):
+        fmt.describe(torch.nn.Linear(2, 2), mesh={"dp": 4}, experts={"mesh": expert_view(2)})
+
+
+def test_megatron_fsdp_moe_global_keys_reshard_and_resume(tmp_path):
+    plan2, layout2 = tp.compile_model(describe_for(2), str(tmp_path / "ep2"))
+    plan1, layout1 = tp.compile_model(describe_for(1), str(tmp_path / "ep1"))
+    ck, out = str(tmp_path / "ck"), str(tmp_path / "out")
+    tp.spawn(save_worker, WORLD, plan2, layout2, ck, out)
+
+    # PyTorch reads our checkpoint into whole tensors: every global expert once, holding the
+    # rows each Megatron-FSDP rank held for it.
+    import torch.distributed.checkpoint as dcp
+    metadata = dcp.FileSystemReader(ck).read_metadata()
+    expert_keys = sorted(k for k in metadata.state_dict_metadata
+                         if k.startswith("model.mlp.experts."))
+    assert expert_keys == sorted(f"model.mlp.experts.linear_fc{n}.weight{g}"
+                                 for n in (1, 2) for g in range(EXPERTS))
+    whole = {k: torch.zeros(list(v.size)) for k, v in metadata.state_dict_metadata.items()
+             if k.startswith("model.")}
+    dcp.load(whole, checkpoint_id=ck, no_dist=True)
+    seen = set()
+    for rank in range(WORLD):
+        for key, (row, rows) in torch.load(f"{out}.pieces{rank}").items():
+            assert torch.equal(whole[key][row: row + rows.shape[0]], rows), (rank, key)
+            seen.add(key)
+    assert seen == set(whole)
+    # The experts really trained apart: global expert 0 and 2 differ from their start.
+    start = GroupedExperts(EXPERTS, 0)
+    assert not torch.equal(whole["model.mlp.experts.linear_fc1.weight2"],
+                           start.linear_fc1.weight2.detach())
+
+    # Another expert-parallel size (EP 1: every rank holds all experts, EDP 4) loads it.
+    tp.spawn(other_ep_worker, WORLD, plan1, layout1, ck, out)
+    for rank in range(WORLD):
+        for key, (row, rows) in torch.load(f"{out}.ep1-pieces{rank}").items():
+            assert torch.equal(whole[key][row: row + rows.shape[0]], rows), (rank, key)
+
+    # The same layout resumes bit-exactly: one more step equals the run that never stopped.
+    tp.spawn(resume_worker, WORLD, plan2, ck, out)
+    for rank in range(WORLD):
+        a = torch.load(f"{out}.never-stopped{rank}")
+        b = torch.load(f"{out}.resumed{rank}")
+        assert a.keys() == b.keys()
+        for key in a:
+            assert torch.equal(torch.as_tensor(a[key]), torch.as_tensor(b[key])), (rank, key)
