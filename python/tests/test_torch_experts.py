@@ -214,3 +214,17 @@ def test_megatron_fsdp_moe_global_keys_reshard_and_resume(tmp_path):
         assert a.keys() == b.keys()
         for key in a:
             assert torch.equal(torch.as_tensor(a[key]), torch.as_tensor(b[key])), (rank, key)
+
+
+def drop_in_worker(rank, world, port, ck):
+    model, opt = build(rank, 2)
+    with pytest.raises(ValueError, match="sharded on a mesh of their own.*describe the model "
+                                         "with fm.torch.describe\\(..., experts="):
+        fmt.save_checkpoint(model, opt, ck)
+
+
+def test_drop_in_path_refuses_experts_on_every_rank(tmp_path, monkeypatch):
+    # A model never attached is described from Megatron-FSDP's records, which do not say
+    # which ranks hold which experts: every rank refuses alike (none waits in a collective).
+    monkeypatch.setenv("FSDP_MLIR_CACHE", str(tmp_path / "cache"))
+    tp.spawn(drop_in_worker, WORLD, str(tmp_path / "ck"))

@@ -95,6 +95,17 @@ class MegatronFSDP(Adapter):
         first = groups[0]
         mesh = first.mesh
         names = mesh.mesh_dim_names or tuple(f"dp{i}" for i in range(mesh.ndim))
+        for g in groups:
+            # Every rank sees the same groups, so every rank refuses alike (no collective waits).
+            if (tuple(g.mesh.shape), g.mesh.mesh_dim_names) != (tuple(mesh.shape),
+                                                                 mesh.mesh_dim_names):
+                raise ValueError(
+                    f"parameters {list(g.parameter_names)[:2]} are sharded on a mesh of their own "
+                    f"({dict(zip(g.mesh.mesh_dim_names or (), g.mesh.shape))}, the model's is "
+                    f"{dict(zip(names, mesh.shape))}): experts on an expert-data-parallel "
+                    "mesh are not described automatically; describe the model with "
+                    "fm.torch.describe(..., experts={'mesh': [...]}), compile and attach it "
+                    "(docs/Experts.md)")
         placements = [_placement_name(p) for p in first.main_weight.placements]
         trainable = [g for g in groups if g.main_grad is not None]
         param_dtypes = {}
