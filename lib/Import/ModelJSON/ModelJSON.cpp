@@ -59,6 +59,11 @@ private:
   const json::Object *getObject(const json::Value &value, StringRef path);
   FailureOr<std::string> getString(const json::Object &object, StringRef key, StringRef path,
                                    bool required, StringRef fallback = "");
+  /// A required integer >= 1.
+  FailureOr<int64_t> getPositiveInteger(const json::Object &object, StringRef key,
+                                        StringRef path);
+  /// A mesh's axis names as the ops hold them.
+  ArrayAttr axisNamesAttr(const MeshSpec &mesh);
   FailureOr<double> getNumber(const json::Object &object, StringRef key, StringRef path,
                               double fallback);
   FailureOr<Type> parseDType(const json::Value &value, StringRef path);
@@ -123,6 +128,24 @@ FailureOr<std::string> ModelImporter::getString(const json::Object &object, Stri
   return text->str();
 }
 
+FailureOr<int64_t> ModelImporter::getPositiveInteger(const json::Object &object, StringRef key,
+                                                    StringRef path) {
+  const json::Value *value = object.get(key);
+  if (!value)
+    return fail(child(path, key), "missing required key");
+  std::optional<int64_t> number = value->getAsInteger();
+  if (!number || *number < 1)
+    return fail(child(path, key), "expected a positive integer");
+  return *number;
+}
+
+ArrayAttr ModelImporter::axisNamesAttr(const MeshSpec &mesh) {
+  SmallVector<Attribute> names;
+  for (const std::string &name : mesh.names)
+    names.push_back(builder.getStringAttr(name));
+  return builder.getArrayAttr(names);
+}
+
 FailureOr<double> ModelImporter::getNumber(const json::Object &object, StringRef key,
                                            StringRef path, double fallback) {
   const json::Value *value = object.get(key);
@@ -173,12 +196,9 @@ FailureOr<MeshSpec> ModelImporter::parseMesh(const json::Value *value, StringRef
       return fail(child(axisPath, "name"), "expected a non-empty string");
     if (llvm::is_contained(mesh.names, *name))
       return fail(child(axisPath, "name"), "duplicate mesh axis name '" + *name + "'");
-    const json::Value *size = axis->get("size");
-    std::optional<int64_t> sizeValue = size ? size->getAsInteger() : std::nullopt;
-    if (!size)
-      return fail(child(axisPath, "size"), "missing required key");
-    if (!sizeValue || *sizeValue < 1)
-      return fail(child(axisPath, "size"), "expected a positive integer");
+    FailureOr<int64_t> sizeValue = getPositiveInteger(*axis, "size", axisPath);
+    if (failed(sizeValue))
+      return failure();
     mesh.names.push_back(*name);
     mesh.sizes.push_back(*sizeValue);
   }
@@ -473,11 +493,8 @@ LogicalResult ModelImporter::buildExpertMeshes(const json::Value &value, StringR
     FailureOr<std::string> expertAxis = getString(*object, "experts", itemPath, true);
     if (failed(expertAxis))
       return failure();
-    SmallVector<Attribute> axisNames;
-    for (const std::string &axis : axes->names)
-      axisNames.push_back(builder.getStringAttr(axis));
     ExpertMeshOp::create(builder, locFor(itemPath), builder.getStringAttr(*name),
-                         builder.getArrayAttr(axisNames), builder.getDenseI64ArrayAttr(axes->sizes),
+                         axisNamesAttr(*axes), builder.getDenseI64ArrayAttr(axes->sizes),
                          builder.getStringAttr(*expertAxis));
   }
   return success();
@@ -493,12 +510,9 @@ FailureOr<ExpertsAttr> ModelImporter::parseExperts(const json::Value &value,
   FailureOr<std::string> mesh = getString(*object, "mesh", path, true);
   if (failed(mesh))
     return failure();
-  const json::Value *count = object->get("count");
-  std::optional<int64_t> countValue = count ? count->getAsInteger() : std::nullopt;
-  if (!count)
-    return fail(child(path, "count"), "missing required key");
-  if (!countValue || *countValue < 1)
-    return fail(child(path, "count"), "expected a positive integer");
+  FailureOr<int64_t> countValue = getPositiveInteger(*object, "count", path);
+  if (failed(countValue))
+    return failure();
   FailureOr<std::string> naming = getString(*object, "naming", path, false, "grouped");
   if (failed(naming))
     return failure();
@@ -581,11 +595,8 @@ OwningOpRef<ModuleOp> ModelImporter::import(StringRef text) {
   model.getBody().emplaceBlock();
   builder.setInsertionPointToEnd(&model.getBody().front());
 
-  SmallVector<Attribute> axisNames;
-  for (const std::string &name : mesh->names)
-    axisNames.push_back(builder.getStringAttr(name));
-  MeshOp::create(builder, locFor("mesh"), builder.getStringAttr("mesh"),
-                 builder.getArrayAttr(axisNames), builder.getDenseI64ArrayAttr(mesh->sizes));
+  MeshOp::create(builder, locFor("mesh"), builder.getStringAttr("mesh"), axisNamesAttr(*mesh),
+                 builder.getDenseI64ArrayAttr(mesh->sizes));
   if (const json::Value *expertMeshes = root->get("expert_meshes"))
     if (failed(buildExpertMeshes(*expertMeshes, "expert_meshes")))
       return {};
