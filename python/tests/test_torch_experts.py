@@ -168,6 +168,18 @@ def test_describe_finds_the_experts():
     with pytest.raises(ValueError, match="expert_axis 'x' is not an axis"):
         fmt.describe(ToyMoE(2, 0), mesh={"dp": 4},
                      experts={"mesh": expert_view(2), "expert_axis": "x"})
+    with pytest.raises(ValueError, match="needs a data-parallel axis besides"):
+        fmt.describe(ToyMoE(2, 0), mesh={"dp": 4}, experts={"mesh": [("ep", 4)]})
+    with pytest.raises(ValueError, match="unknown experts keys \\['size'\\]"):
+        fmt.describe(ToyMoE(2, 0), mesh={"dp": 4}, experts={"mesh": expert_view(2), "size": 1})
+    with pytest.raises(ValueError, match="experts unit 'nope' is not a submodule"):
+        fmt.describe(ToyMoE(2, 0), mesh={"dp": 4},
+                     experts={"mesh": expert_view(2), "units": ["nope"]})
+    local = ToyMoE(2, 0)
+    explicit = fmt.describe(local, mesh={"dp": 4},
+                            experts={"mesh": expert_view(2), "units": [local.mlp.experts],
+                                     "count": 8})
+    assert explicit["module"]["children"][0]["children"][0]["experts"]["count"] == 8
     with pytest.raises(ValueError, match="no module is named 'experts'"):
         fmt.describe(torch.nn.Linear(2, 2), mesh={"dp": 4}, experts={"mesh": expert_view(2)})
 

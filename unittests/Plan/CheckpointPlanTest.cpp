@@ -433,6 +433,18 @@ TEST(CheckpointPlan, RejectsExpertGroupsThatWouldCollide) {
   twice.groups[1].members[0].expert = layout::ExpertName{"experts.fc1.weight", 1, ""};
   EXPECT_NE(errorOf(twice).find("FQN 'experts.fc1.weight1' appears twice"), std::string::npos)
       << errorOf(twice);
+  ModelLayout misnamed = model;
+  misnamed.groups[1].members[0].expert->head = "experts.fc9.weight";
+  EXPECT_NE(errorOf(misnamed).find("does not split into its expert name"), std::string::npos)
+      << errorOf(misnamed);
+  ModelLayout none = model;
+  none.groups[1].experts->perRank = 0;
+  EXPECT_NE(errorOf(none).find("at least one expert"), std::string::npos) << errorOf(none);
+  ModelLayout onlyExpertAxis = model;
+  onlyExpertAxis.groups[1].experts->mesh = layout::ExpertMesh{{4}, 0};
+  EXPECT_NE(errorOf(onlyExpertAxis).find("needs an axis besides the expert axis"),
+            std::string::npos)
+      << errorOf(onlyExpertAxis);
   ModelLayout wrongWorld = model;
   wrongWorld.groups[1].experts->mesh.viewSizes = {2, 4};
   ModelLayout shortWorld = model;
