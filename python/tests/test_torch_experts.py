@@ -3,7 +3,8 @@
 expert-data-parallel sub-mesh, every other unit on the world. Each rank holds its own local
 experts; our checkpoint names them globally, PyTorch's dcp.load sees each expert once with the
 bytes Megatron-FSDP held, a model with another expert-parallel size loads it with every value
-right, and a resume on the same layout continues bit-exactly."""
+right, and a resume on the same layout continues bit-exactly, attached by hand or through the
+drop-in path (which finds the experts' view from Megatron-FSDP's records)."""
 
 
 import pytest
@@ -124,9 +125,15 @@ def snapshot(model, opt):
     return out
 
 
+def attach_unless_drop_in(model, opt, plan):
+    """plan None: the drop-in path, which describes the model from Megatron-FSDP's records."""
+    if plan is not None:
+        fmt.attach(model, opt, plan, comm=dist.group.WORLD)
+
+
 def save_worker(rank, world, port, plan, layout, ck, out):
     model, opt = build(rank, 2)
-    fmt.attach(model, opt, plan, comm=dist.group.WORLD)
+    attach_unless_drop_in(model, opt, plan)
     train(model, opt, rank, 2)
     fmt.save_checkpoint(model, opt, ck)
     torch.save(pieces(model, layout, rank), f"{out}.pieces{rank}")
@@ -136,7 +143,7 @@ def save_worker(rank, world, port, plan, layout, ck, out):
 
 def resume_worker(rank, world, port, plan, ck, out):
     model, opt = build(rank, 2)
-    fmt.attach(model, opt, plan, comm=dist.group.WORLD)
+    attach_unless_drop_in(model, opt, plan)
     fmt.load_checkpoint(model, opt, ck)
     train(model, opt, rank, 1, first=2)
     torch.save(snapshot(model, opt), f"{out}.resumed{rank}")
@@ -144,7 +151,7 @@ def resume_worker(rank, world, port, plan, ck, out):
 
 def other_ep_worker(rank, world, port, plan, layout, ck, out):
     model, opt = build(rank, 1)  # EP 1 x EDP 4: every rank holds all 4 experts' rows
-    fmt.attach(model, opt, plan, comm=dist.group.WORLD)
+    attach_unless_drop_in(model, opt, plan)
     fmt.load_checkpoint(model, opt, ck)
     torch.save(pieces(model, layout, rank), f"{out}.ep1-pieces{rank}")
 
@@ -184,9 +191,15 @@ def test_describe_finds_the_experts():
         fmt.describe(torch.nn.Linear(2, 2), mesh={"dp": 4}, experts={"mesh": expert_view(2)})
 
 
-def test_megatron_fsdp_moe_global_keys_reshard_and_resume(tmp_path):
+@pytest.mark.parametrize("drop_in", [False, True], ids=["attached", "drop-in"])
+def test_megatron_fsdp_moe_global_keys_reshard_and_resume(tmp_path, monkeypatch, drop_in):
     plan2, layout2 = tp.compile_model(describe_for(2), str(tmp_path / "ep2"))
     plan1, layout1 = tp.compile_model(describe_for(1), str(tmp_path / "ep1"))
+    if drop_in:
+        # The drop-in path finds the experts and their view from Megatron-FSDP's records; the
+        # layouts compiled above from describe() say where its bytes must be.
+        monkeypatch.setenv("FSDP_MLIR_CACHE", str(tmp_path / "cache"))
+        plan2 = plan1 = None
     ck, out = str(tmp_path / "ck"), str(tmp_path / "out")
     tp.spawn(save_worker, WORLD, plan2, layout2, ck, out)
 
@@ -228,15 +241,101 @@ def test_megatron_fsdp_moe_global_keys_reshard_and_resume(tmp_path):
             assert torch.equal(torch.as_tensor(a[key]), torch.as_tensor(b[key])), (rank, key)
 
 
-def drop_in_worker(rank, world, port, ck):
+def described_worker(rank, world, port, out):
+    from fsdp_mlir.torch.adapters import find
     model, opt = build(rank, 2)
-    with pytest.raises(ValueError, match="sharded on a mesh of their own.*describe the model "
-                                         "with fm.torch.describe\\(..., experts="):
-        fmt.save_checkpoint(model, opt, ck)
+    options = find(model).describe_options(model, opt)
+    torch.save(fmt.describe(model, optimizer=opt, **options), f"{out}.described{rank}")
 
 
-def test_drop_in_path_refuses_experts_on_every_rank(tmp_path, monkeypatch):
-    # A model never attached is described from Megatron-FSDP's records, which do not say
-    # which ranks hold which experts: every rank refuses alike (none waits in a collective).
-    monkeypatch.setenv("FSDP_MLIR_CACHE", str(tmp_path / "cache"))
-    tp.spawn(drop_in_worker, WORLD, str(tmp_path / "ck"))
+def test_drop_in_describes_the_experts_as_describe_does(tmp_path):
+    out = str(tmp_path / "out")
+    tp.spawn(described_worker, WORLD, out)
+    local = ToyMoE(EXPERTS // 2, 0)
+    expected = fmt.describe(local, mesh={"dp": WORLD}, main_grads_dtype=torch.float32,
+                            experts={"mesh": expert_view(2)})
+    for rank in range(WORLD):
+        got = torch.load(f"{out}.described{rank}")
+        assert got["mesh"] == expected["mesh"] == [{"name": "dp", "size": WORLD}]
+        assert got["expert_meshes"] == expected["expert_meshes"]
+        experts = got["module"]["children"][0]["children"][0]
+        assert experts == expected["module"]["children"][0]["children"][0]
+
+
+def refusing_views_worker(rank, world, port):
+    import types
+
+    from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+
+    from fsdp_mlir.torch.adapters import megatron_fsdp as mf
+    megatron_cpu.install()
+
+    def group(mesh):
+        return types.SimpleNamespace(mesh=mesh, parameter_names=["mlp.experts.w0"])
+    world_mesh = init_device_mesh("cpu", (WORLD,), mesh_dim_names=("dp",))
+    assert mf._expert_view(group(world_mesh)) is None
+    good = init_device_mesh("cpu", (2, 2), mesh_dim_names=("edp", "ep"))
+    assert mf._expert_view(group(good["edp"])) == {"mesh": [("edp", 2), ("ep", 2)],
+                                                   "expert_axis": "ep"}
+    three = init_device_mesh("cpu", (1, 2, 2), mesh_dim_names=("x", "edp", "ep"))
+    with pytest.raises(ValueError, match="without exactly one axis.*lacks \\['x', 'ep'\\]"):
+        mf._expert_view(group(three["edp"]))
+    shuffled = DeviceMesh("cpu", torch.tensor([[0, 2], [1, 3]]), mesh_dim_names=("edp", "ep"))
+    with pytest.raises(ValueError, match="not numbered row-major"):
+        mf._expert_view(group(shuffled["edp"]))
+
+    # Whole models: only the experts sharded; experts on a second world-sized mesh.
+    from megatron_fsdp import MixedPrecisionPolicy
+    from megatron_fsdp.experimental import fully_shard
+    from megatron_fsdp.experimental.placement import Flat, Placements
+
+    def shard(module, mesh, axis):
+        fully_shard(module, mesh, Placements(dp_axes=[axis], parameter=[Flat()],
+                                             gradient=[Flat()], optimizer=[Flat()]),
+                    MixedPrecisionPolicy(main_params_dtype=torch.float32))
+    only_experts = ToyMoE(EXPERTS // 2, 0)
+    shard(only_experts.mlp.experts, good["edp"], "edp")
+    with pytest.raises(ValueError, match="only experts .* are sharded.*fully_shard the model"):
+        mf.MegatronFSDP().describe_options(only_experts, None)
+    two_worlds = ToyMoE(EXPERTS // 2, 0)
+    shard(two_worlds.mlp.experts, init_device_mesh("cpu", (WORLD,), mesh_dim_names=("x",)), "x")
+    shard(two_worlds, world_mesh, "dp")
+    with pytest.raises(ValueError, match="sharded on \\{'x': 4\\}, the model's other parameters "
+                                         "on \\{'dp': 4\\}: one mesh for every unit"):
+        mf.MegatronFSDP().describe_options(two_worlds, None)
+
+
+def test_drop_in_refuses_experts_it_cannot_describe():
+    import types
+
+    from fsdp_mlir.torch.adapters import megatron_fsdp as mf
+
+    class Flat:
+        pass
+
+    class Replicate:
+        pass
+
+    def group(name, *placements):
+        weight = types.SimpleNamespace(placements=[p() for p in placements])
+        return types.SimpleNamespace(parameter_names=[name], main_weight=weight)
+    a, b = group("l0.experts.w0", Flat), group("l1.experts.w0", Flat)
+    view = {"mesh": [("edp", 2), ("ep", 2)], "expert_axis": "ep"}
+    owner = {id(a): "l0.experts", id(b): "l1.experts"}
+    world = [("dp", 4)]
+    assert mf._experts_option([a, b], {id(a): view, id(b): view}, owner, world) == dict(
+        view, units=["l0.experts", "l1.experts"], placements=["shard"])
+    other = {"mesh": [("edp", 4), ("ep", 1)], "expert_axis": "ep"}
+    with pytest.raises(ValueError, match="different expert views"):
+        mf._experts_option([a, b], {id(a): view, id(b): other}, owner, world)
+    c = group("l1.experts.w0", Replicate)
+    with pytest.raises(ValueError, match="different placements"):
+        mf._experts_option([a, c], {id(a): view, id(c): view}, {id(a): "l0.experts"}, world)
+    with pytest.raises(ValueError, match="not owned by a submodule"):
+        mf._experts_option([a], {id(a): view}, {id(a): ""}, world)
+    with pytest.raises(ValueError, match="does not cover the model's mesh"):
+        mf._experts_option([a], {id(a): view}, owner, [("dp", 8)])
+
+
+def test_drop_in_refuses_expert_views_it_cannot_express(tmp_path):
+    tp.spawn(refusing_views_worker, WORLD)
