@@ -149,11 +149,11 @@ def resume_worker(rank, world, port, plan, ck, out):
     torch.save(snapshot(model, opt), f"{out}.resumed{rank}")
 
 
-def other_ep_worker(rank, world, port, plan, layout, ck, out):
-    model, opt = build(rank, 1)  # EP 1 x EDP 4: every rank holds all 4 experts' rows
+def other_ep_worker(rank, world, port, ep, plan, layout, ck, out):
+    model, opt = build(rank, ep)
     attach_unless_drop_in(model, opt, plan)
     fmt.load_checkpoint(model, opt, ck)
-    torch.save(pieces(model, layout, rank), f"{out}.ep1-pieces{rank}")
+    torch.save(pieces(model, layout, rank), f"{out}.ep{ep}-pieces{rank}")
 
 
 def describe_for(ep):
@@ -194,12 +194,13 @@ def test_describe_finds_the_experts():
 @pytest.mark.parametrize("drop_in", [False, True], ids=["attached", "drop-in"])
 def test_megatron_fsdp_moe_global_keys_reshard_and_resume(tmp_path, monkeypatch, drop_in):
     plan2, layout2 = tp.compile_model(describe_for(2), str(tmp_path / "ep2"))
-    plan1, layout1 = tp.compile_model(describe_for(1), str(tmp_path / "ep1"))
+    others = {ep: tp.compile_model(describe_for(ep), str(tmp_path / f"ep{ep}")) for ep in (1, 4)}
     if drop_in:
         # The drop-in path finds the experts and their view from Megatron-FSDP's records; the
         # layouts compiled above from describe() say where its bytes must be.
         monkeypatch.setenv("FSDP_MLIR_CACHE", str(tmp_path / "cache"))
-        plan2 = plan1 = None
+        plan2 = None
+        others = {ep: (None, layout) for ep, (_, layout) in others.items()}
     ck, out = str(tmp_path / "ck"), str(tmp_path / "out")
     tp.spawn(save_worker, WORLD, plan2, layout2, ck, out)
 
@@ -225,11 +226,16 @@ def test_megatron_fsdp_moe_global_keys_reshard_and_resume(tmp_path, monkeypatch,
     assert not torch.equal(whole["model.mlp.experts.linear_fc1.weight2"],
                            start.linear_fc1.weight2.detach())
 
-    # Another expert-parallel size (EP 1: every rank holds all experts, EDP 4) loads it.
-    tp.spawn(other_ep_worker, WORLD, plan1, layout1, ck, out)
-    for rank in range(WORLD):
-        for key, (row, rows) in torch.load(f"{out}.ep1-pieces{rank}").items():
-            assert torch.equal(whole[key][row: row + rows.shape[0]], rows), (rank, key)
+    # Other expert-parallel sizes load it: EP 1 x EDP 4 (every rank holds every expert's rows)
+    # and EP 4 x EDP 1 (each rank one whole expert).
+    for ep, (plan, layout) in others.items():
+        tp.spawn(other_ep_worker, WORLD, ep, plan, layout, ck, out)
+        seen = set()
+        for rank in range(WORLD):
+            for key, (row, rows) in torch.load(f"{out}.ep{ep}-pieces{rank}").items():
+                assert torch.equal(whole[key][row: row + rows.shape[0]], rows), (ep, rank, key)
+                seen.add(key)
+        assert seen == set(whole), ep
 
     # The same layout resumes bit-exactly: one more step equals the run that never stopped.
     tp.spawn(resume_worker, WORLD, plan2, ck, out)
