@@ -303,6 +303,12 @@ def refusing_views_worker(rank, world, port):
     shard(only_experts.mlp.experts, good["edp"], "edp")
     with pytest.raises(ValueError, match="only experts .* are sharded.*fully_shard the model"):
         mf.MegatronFSDP().describe_options(only_experts, None)
+    # A model on one slice of a bigger mesh (as HSDP or tensor parallelism of 1 takes it) has
+    # no experts: its slice is its mesh.
+    sliced = ToyMoE(EXPERTS // 2, 0)
+    shard(sliced, init_device_mesh("cpu", (WORLD, 1), mesh_dim_names=("dp", "tp"))["dp"], "dp")
+    options = mf.MegatronFSDP().describe_options(sliced, None)
+    assert options["mesh"] == [("dp", WORLD)] and "experts" not in options
     two_worlds = ToyMoE(EXPERTS // 2, 0)
     shard(two_worlds.mlp.experts, init_device_mesh("cpu", (WORLD,), mesh_dim_names=("x",)), "x")
     shard(two_worlds, world_mesh, "dp")

@@ -98,7 +98,11 @@ class MegatronFSDP(Adapter):
             return None
         # Every rank sees the same groups and meshes, so every rank refuses alike (no
         # collective waits on a rank that raised).
-        views = {id(g): _expert_view(g) for g in groups}
+        if len({_mesh_key(g.mesh) for g in groups}) == 1 and _covers_world(groups[0].mesh):
+            # One mesh for every unit (possibly a slice of a bigger one, as HSDP takes it).
+            views = {id(g): None for g in groups}
+        else:
+            views = {id(g): _expert_view(g) for g in groups}
         world_groups = [g for g in groups if views[id(g)] is None]
         expert_groups = [g for g in groups if views[id(g)] is not None]
         if not world_groups:
@@ -157,6 +161,12 @@ def _size(axes) -> int:
     for _, s in axes:
         out *= s
     return out
+
+
+def _covers_world(mesh) -> bool:
+    import torch.distributed as dist
+    world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else None
+    return world is None or int(mesh.mesh.numel()) == world
 
 
 def _root_mesh(mesh):
