@@ -6,15 +6,17 @@ limits, measured in the same run on the same bytes and cache state.
 The model is a Llama-shaped description (311M parameters: f32 main weights and
 two f32 Adam moments, ~3.7 GB on disk). Each round runs ours, then its
 ceiling, figure by figure (A B A B ...), and the ratios (ceiling time / our
-time) of the rounds give a median and a spread:
+time) of the rounds give a median and a spread; every other round runs the
+ceiling first:
   save       `mpirun -np 2 fsdp-ckpt save` (every byte fsynced, the commit
              included) against the fastest of fio O_DIRECT (queue depth 32,
              32 MiB blocks; queue depth 8, 8 MiB; 4 jobs per file at queue
              depth 8) and fio buffered writes of the same bytes per rank,
              fsynced, every rank's file at once;
   load cold  `fsdp-ckpt load` after posix_fadvise(DONTNEED) on every file
-             against the fastest of the same fio methods reading the
-             checkpoint's own files from a dropped cache;
+             against the fastest of the same fio methods, and of deeper ones
+             (2 and 4 jobs per file at queue depth 16, io_uring at 32),
+             reading the checkpoint's own files from a dropped cache;
   load warm  the load with every file in the page cache against a copy and
              an xxh3 of every byte
              (fsdp-bench-memcpy-xxh3: what a checked load cannot skip);
@@ -60,11 +62,13 @@ def emit(name, value, ref, ratio, unit="GB/s", vs="ceiling", **extra):
 
 
 # Copies N bytes with one memcpy between two buffers touched beforehand;
-# prints seconds: the async save's stall ceiling.
+# prints seconds: the async save's stall ceiling. Says "ready" and waits for
+# the start signal first (run_together).
 MEMCPY = ("import ctypes,sys,time;n=int(sys.argv[1]);a=bytearray(n);b=bytearray(n);"
           "pa=ctypes.addressof((ctypes.c_char*n).from_buffer(a));"
           "pb=ctypes.addressof((ctypes.c_char*n).from_buffer(b));"
-          "ctypes.memset(pa,1,n);ctypes.memset(pb,2,n);t=time.perf_counter();"
+          "ctypes.memset(pa,1,n);ctypes.memset(pb,2,n);print('ready',flush=True);"
+          "sys.stdin.readline();t=time.perf_counter();"
           "ctypes.memmove(pb,pa,n);print(time.perf_counter()-t)")
 
 # The raw methods each ceiling is the best of (fio, every file a job of its own, all at once).
@@ -81,6 +85,16 @@ WRITE_METHODS = {
                                         "--bs=8M", "--numjobs=4"],
 }
 READ_METHODS = {k: v for k, v in WRITE_METHODS.items() if "fallocate" not in k}
+READ_METHODS.update({
+    # Our cold load's own shape (two regions of each file, 16 requests in flight) and deeper
+    # ones, through both kernel interfaces: no fewer ways to read than ours has.
+    "fio O_DIRECT 2 jobs/file qd16 8M": ["--direct=1", "--ioengine=libaio", "--iodepth=16",
+                                         "--bs=8M", "--numjobs=2"],
+    "fio O_DIRECT 4 jobs/file qd16 8M": ["--direct=1", "--ioengine=libaio", "--iodepth=16",
+                                         "--bs=8M", "--numjobs=4"],
+    "fio O_DIRECT io_uring 2 jobs/file qd32 8M": ["--direct=1", "--ioengine=io_uring",
+                                                  "--iodepth=32", "--bs=8M", "--numjobs=2"],
+})
 
 
 def fio_seconds(rw, files, sizes, method):
@@ -116,13 +130,29 @@ def best_fio(rw, files, sizes, cold_files=None):
     return best
 
 
+def run_together(argvs):
+    """The slowest of one process per rank, timed from one start: each sets up, says
+    "ready" and waits; all get the start signal at once (as the ranks of a save or load start
+    together), and each prints its seconds."""
+    procs = [subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+             for argv in argvs]
+    for p in procs:
+        if p.stdout.readline().strip() != "ready":
+            sys.exit(f"bench: {' '.join(argvs[0])} did not get ready")
+    for p in procs:
+        p.stdin.write("\n")
+        p.stdin.close()
+    seconds = [float(p.stdout.read()) for p in procs]
+    if any(p.wait() for p in procs):
+        sys.exit(f"bench: {' '.join(argvs[0])} failed")
+    return max(seconds)
+
+
 def memcpy_xxh3_seconds(tool, sizes, threads, files=None):
     """The warm load's limit: every rank's bytes copied and hashed, the ranks at once. With
     `files`: each rank's file read out of the page cache by pread and hashed instead."""
-    argvs = ([[tool, "--pread", f, str(threads)] for f in files] if files else
-             [[tool, str(size), str(threads)] for size in sizes])
-    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) for argv in argvs]
-    return max(float(p.communicate()[0]) for p in procs)
+    return run_together([[tool, "--pread", f, str(threads)] for f in files] if files else
+                        [[tool, str(size), str(threads)] for size in sizes])
 
 
 def measure_stall(ckpt, plan, ckdir, work, threads):
@@ -139,34 +169,61 @@ def measure_stall(ckpt, plan, ckdir, work, threads):
     if not match:
         sys.exit(f"bench: no stall in the output of the async save: {out}")
     ranks = json.load(open(stats_path))["ranks"]
-    procs = [subprocess.Popen([sys.executable, "-c", MEMCPY, str(r["bytes_written_storage"])],
-                              stdout=subprocess.PIPE, text=True) for r in ranks]
-    t_memcpy = max(float(p.communicate()[0]) for p in procs)
+    t_memcpy = run_together([[sys.executable, "-c", MEMCPY, str(r["bytes_written_storage"])]
+                             for r in ranks])
     return float(match.group(1)), t_memcpy
 
 
-def round_trip(tools, plan, ckdir, work, threads):
-    """One round at `threads` workers per rank, ours and each ceiling in turn (A B A B):
+def round_trip(tools, plan, ckdir, work, threads, ours_first=True):
+    """One round at `threads` workers per rank, ours and each ceiling in turn (A B A B; the
+    next round B A, so neither side always meets the disk in the other's wake):
     {figure: (our seconds, ceiling seconds, bytes, ceiling method)}."""
     ckpt = os.path.join(tools, "fsdp-ckpt")
+
+    def save():
+        return reported_seconds(MPIRUN + ["-np", "2", ckpt, "save", "--plan", plan, "--dir",
+                                          ckdir, "--fill", "1", "--threads", str(threads)])
+
+    def data_files():
+        return sorted(os.path.join(ckdir, f) for f in os.listdir(ckdir) if f.endswith(".distcp"))
+
+    def fio_write(sizes):
+        # The same bytes per rank, written by fio into files of its own, fsynced.
+        raw = [os.path.join(work, f"raw{i}") for i in range(len(sizes))]
+        best = best_fio("write", raw, sizes)
+        for r in raw:
+            os.remove(r)
+        return best
+
+    # The sizes a save of this plan writes: the previous round's checkpoint's.
+    previous = ([os.path.getsize(f) for f in data_files()] if os.path.isdir(ckdir) else [])
     shutil.rmtree(ckdir, ignore_errors=True)
-    t_save = reported_seconds(MPIRUN + ["-np", "2", ckpt, "save", "--plan", plan, "--dir", ckdir,
-                                        "--fill", "1", "--threads", str(threads)])
-    files = sorted(os.path.join(ckdir, f) for f in os.listdir(ckdir) if f.endswith(".distcp"))
-    sizes = [os.path.getsize(f) for f in files]
+    if ours_first or not previous:
+        t_save = save()
+        sizes = [os.path.getsize(f) for f in data_files()]
+        t_write, write_method = fio_write(sizes)
+    else:
+        sizes = previous
+        t_write, write_method = fio_write(sizes)
+        t_save = save()
+    files = data_files()
+    if [os.path.getsize(f) for f in files] != sizes:
+        sys.exit("bench: the save wrote other sizes than its ceiling did")
     total = sum(sizes)
-    # Save: the same bytes per rank, written by fio into files of its own, fsynced.
-    raw = [os.path.join(work, f"raw{i}") for i in range(len(files))]
-    t_write, write_method = best_fio("write", raw, sizes)
-    for r in raw:
-        os.remove(r)
     figures = {"save": (t_save, t_write, total, write_method)}
     every_file = [os.path.join(ckdir, f) for f in os.listdir(ckdir)]
+
+    def cold_load():
+        drop_cache(every_file)
+        return reported_seconds(MPIRUN + ["-np", "2", ckpt, "load", "--plan", plan, "--dir",
+                                          ckdir, "--threads", str(threads)])
     # Cold load: the checkpoint's own files read by fio, after the cache is dropped.
-    t_read, read_method = best_fio("read", files, sizes, cold_files=every_file)
-    drop_cache(every_file)
-    t_cold = reported_seconds(MPIRUN + ["-np", "2", ckpt, "load", "--plan", plan, "--dir", ckdir,
-                                        "--threads", str(threads)])
+    if ours_first:
+        t_cold = cold_load()
+        t_read, read_method = best_fio("read", files, sizes, cold_files=every_file)
+    else:
+        t_read, read_method = best_fio("read", files, sizes, cold_files=every_file)
+        t_cold = cold_load()
     figures["load_cold"] = (t_cold, t_read, total, read_method)
     # Warm load: every byte copied from the page cache and checked, nothing less.
     warm_cache(every_file)
@@ -211,7 +268,8 @@ def main():
                          else sorted({1, default_threads}))
         summary = []
         for threads in thread_counts:
-            rounds = [round_trip(bin_dir, plan, ckdir, work, threads) for _ in range(args.rounds)]
+            rounds = [round_trip(bin_dir, plan, ckdir, work, threads, ours_first=i % 2 == 0)
+                      for i in range(args.rounds)]
             summary.append(f"  {threads} thread{'s' if threads > 1 else ''} per rank:")
             for figure in ("save", "load_cold", "load_warm", "load_warm_pread", "save_stall"):
                 samples = [r[figure] for r in rounds]
@@ -251,7 +309,8 @@ def main():
         print("  ceilings: save, the fastest of fio O_DIRECT (queue depth 32 and 8, and 4 jobs per "
               "file) and buffered "
               "writes of the same bytes per rank, fsynced; cold load, the fastest of the same "
-              "methods reading the checkpoint's own files after the cache is dropped; warm load, "
+              "methods and deeper ones (2 and 4 jobs per file at queue depth 16, io_uring at 32) "
+              "reading the checkpoint's own files after the cache is dropped; warm load, "
               "a copy and an xxh3 of every byte (what a checked load cannot skip); async stall, "
               "one memcpy of each rank's bytes")
     finally:

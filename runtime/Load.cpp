@@ -282,7 +282,8 @@ Result<LoadResult> loadCheckpoint(const plan::RankPlan &plan, RankBuffers &buffe
     }
   }
   if (status && options.syncModelWeights)
-    status = refreshModelWeights(plan, buffers);
+    status = refreshModelWeights(plan, buffers, -1,
+                                 options.threads ? options.threads : defaultThreads());
   if (Status agreed = agree(comm, status, options.root); !agreed)
     return propagate(agreed,
                      "load from " + printable(trimSlashes(dir)) + " failed: " + agreed.error());

@@ -13,7 +13,11 @@
 //     buffer by THREADS threads, each block hashed after it lands: what the
 //     kernel's copy out of the cache costs.
 //
-// Prints the seconds; bench/checkpoint.py runs one per rank at once.
+// Once its buffers are touched it prints "ready" and waits for a line (or
+// the end) on stdin before the clock starts, so that bench/checkpoint.py,
+// which runs one per rank, times them all at once, as the ranks of a load
+// run (setting up one while another is timed would give the timed one more
+// of the machine than a rank has). Then it prints the seconds.
 //
 //===----------------------------------------------------------------------===//
 #include "fsdp/Format/IntegrityIndex.h"
@@ -59,6 +63,9 @@ int main(int argc, char **argv) {
   std::vector<char> source(fromFile ? 0 : bytes, 1), destination(bytes, 2);
   std::atomic<uint64_t> next{0}, sink{0};
   std::atomic<bool> failed{false};
+  std::printf("ready\n");
+  std::fflush(stdout);
+  (void)std::getchar(); // the start signal: a line, or the end of stdin
   auto start = std::chrono::steady_clock::now();
   std::vector<std::thread> workers;
   for (unsigned t = 0; t < threads; ++t)

@@ -1,6 +1,7 @@
 //===- MemoryBackendTest.cpp - Host memory and the simulated device -------===//
 #include "fsdp/Runtime/MemoryBackend.h"
 #include "fsdp/Runtime/Buffers.h"
+#include "fsdp/Runtime/Cast.h"
 
 #include <gtest/gtest.h>
 
@@ -8,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 #include <thread>
+#include <vector>
 
 using namespace fsdp;
 using namespace fsdp::runtime;
@@ -87,6 +89,85 @@ TEST(StagingPool, GroupsOfBlocksWaitForEachOther) {
   taker.join();
   EXPECT_TRUE(got);
   EXPECT_EQ(pool.acquire(3).size(), 3u); // every block back
+}
+
+/// Two groups: one whose model weight spans several of the host's cast
+/// pieces (4 Mi elements, not a multiple), one small, another dtype.
+plan::RankPlan castPlan() {
+  plan::RankPlan plan;
+  auto add = [&](int32_t group, plan::BufferRole role, dcp::DType dtype, int64_t elements) {
+    plan::LocalBuffer buffer;
+    buffer.group = group;
+    buffer.role = role;
+    buffer.dtype = dtype;
+    buffer.elements = elements;
+    plan.buffers.push_back(buffer);
+  };
+  add(0, plan::BufferRole::MainWeight, dcp::DType::Float32, (int64_t(9) << 20) + 3);
+  add(0, plan::BufferRole::ModelWeight, dcp::DType::BFloat16, (int64_t(9) << 20) + 3);
+  add(1, plan::BufferRole::MainWeight, dcp::DType::Float32, 1001);
+  add(1, plan::BufferRole::ModelWeight, dcp::DType::Float16, 1001);
+  return plan;
+}
+
+/// The model weights one whole-buffer cast per group gives, from main
+/// weights filled with varied values.
+std::vector<std::string> castByHand(RankBuffers &buffers) {
+  std::vector<std::string> out;
+  for (int32_t group : {0, 1}) {
+    BufferView main = *buffers.get(group, plan::BufferRole::MainWeight);
+    BufferView model = *buffers.get(group, plan::BufferRole::ModelWeight);
+    std::vector<float> values(static_cast<size_t>(main.elements));
+    for (size_t i = 0; i < values.size(); ++i)
+      values[i] = static_cast<float>(i % 65521) * 0.37f - 9000.5f;
+    EXPECT_TRUE(main.copyIn(0, main.bytes, values.data()));
+    std::string expected(model.bytes, '\0');
+    EXPECT_TRUE(castElements(main.dtype, values.data(), model.dtype, expected.data(),
+                             static_cast<uint64_t>(model.elements)));
+    out.push_back(expected);
+  }
+  return out;
+}
+
+std::string modelBytes(RankBuffers &buffers, int32_t group) {
+  BufferView model = *buffers.get(group, plan::BufferRole::ModelWeight);
+  std::string bytes(model.bytes, 'x');
+  EXPECT_TRUE(model.copyOut(0, model.bytes, bytes.data()));
+  return bytes;
+}
+
+TEST(RefreshModelWeights, HostPiecesOnManyThreadsEqualOneCastPerGroup) {
+  plan::RankPlan plan = castPlan();
+  Result<RankBuffers> buffers = RankBuffers::allocate(plan);
+  ASSERT_TRUE(buffers) << buffers.error();
+  std::vector<std::string> expected = castByHand(*buffers);
+  // One group alone leaves the other as it was (zero).
+  ASSERT_TRUE(refreshModelWeights(plan, *buffers, 1, 3));
+  EXPECT_EQ(modelBytes(*buffers, 1), expected[1]);
+  EXPECT_EQ(modelBytes(*buffers, 0), std::string(expected[0].size(), '\0'));
+  ASSERT_TRUE(refreshModelWeights(plan, *buffers, -1, 3));
+  EXPECT_EQ(modelBytes(*buffers, 0), expected[0]);
+  EXPECT_EQ(modelBytes(*buffers, 1), expected[1]);
+}
+
+TEST(RefreshModelWeights, ADeviceCastsEachBufferInItsOwnMemory) {
+  plan::RankPlan plan = castPlan();
+  Result<RankBuffers> buffers = RankBuffers::allocate(plan, createSimulatedDeviceBackend());
+  ASSERT_TRUE(buffers) << buffers.error();
+  std::vector<std::string> expected = castByHand(*buffers);
+  ASSERT_TRUE(refreshModelWeights(plan, *buffers, -1, 4));
+  EXPECT_EQ(modelBytes(*buffers, 0), expected[0]);
+  EXPECT_EQ(modelBytes(*buffers, 1), expected[1]);
+}
+
+TEST(RefreshModelWeights, AMissingMainWeightIsAnError) {
+  plan::RankPlan plan = castPlan();
+  plan.buffers.erase(plan.buffers.begin() + 2); // group 1's main weight
+  Result<RankBuffers> buffers = RankBuffers::allocate(plan);
+  ASSERT_TRUE(buffers) << buffers.error();
+  Status status = refreshModelWeights(plan, *buffers, -1, 2);
+  ASSERT_FALSE(status);
+  EXPECT_NE(status.error().find("main_weight"), std::string::npos) << status.error();
 }
 
 } // namespace

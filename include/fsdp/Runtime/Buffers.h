@@ -64,8 +64,9 @@ private:
 /// model_weight is a buffer of its own (after a load or a fill), or for
 /// group `onlyGroup` alone when it is not negative. The one place that
 /// casts model weights: loads, fills and the Python attach all come here.
+/// Host buffers are cast by `threads` workers in pieces.
 Status refreshModelWeights(const plan::RankPlan &plan, RankBuffers &buffers,
-                           int32_t onlyGroup = -1);
+                           int32_t onlyGroup = -1, unsigned threads = 1);
 
 } // namespace runtime
 } // namespace fsdp
