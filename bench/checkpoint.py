@@ -21,6 +21,8 @@ ceiling first:
              an xxh3 of every byte
              (fsdp-bench-memcpy-xxh3: what a checked load cannot skip);
   save stall an async save's stall against one memcpy of each rank's bytes.
+The ceilings that run a process per rank time them from one start, as the
+ranks start together (each says "ready" and waits for the signal).
 The peers (PyTorch DCP, torch-checkpointing) run beside ours in
 bench/peers.py (`bench/run peers`). Prints one JSON line per figure, then a
 summary.
