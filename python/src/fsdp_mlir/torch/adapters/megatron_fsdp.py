@@ -12,6 +12,8 @@ sub-mesh lacks (expert parallelism) describe them (docs/Experts.md).
 
 from __future__ import annotations
 
+import math
+
 from typing import Any, Dict, List, Optional
 
 from . import Adapter
@@ -156,13 +158,6 @@ def _names(group) -> List[str]:
     return list(group.parameter_names)[:2]
 
 
-def _size(axes) -> int:
-    out = 1
-    for _, s in axes:
-        out *= s
-    return out
-
-
 def _covers_world(mesh) -> bool:
     import torch.distributed as dist
     world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else None
@@ -223,7 +218,7 @@ def _experts_option(groups, views, owner, world_axes) -> Dict[str, Any]:
                              "cannot be an experts unit)")
         if unit not in units:
             units.append(unit)
-    if _size(view["mesh"]) != _size(world_axes):
+    if math.prod(s for _, s in view["mesh"]) != math.prod(s for _, s in world_axes):
         raise ValueError(f"the expert view {view['mesh']} does not cover the model's mesh "
                          f"{world_axes}: their sizes differ")
     return dict(view, units=units, placements=placements)
