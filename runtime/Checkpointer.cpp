@@ -64,7 +64,30 @@ Checkpointer::Checkpointer(plan::PlanFile planFile, std::unique_ptr<Communicator
                            std::unique_ptr<Storage> storage)
     : planFile_(std::move(planFile)), comm_(std::move(comm)), storage_(std::move(storage)) {}
 
-Checkpointer::~Checkpointer() { waitForPendingSave(); }
+Checkpointer::~Checkpointer() {
+  waitForPendingSave();
+  waitForReplacedRemoval();
+}
+
+void Checkpointer::waitForReplacedRemoval() {
+  if (removal_.joinable())
+    removal_.join();
+}
+
+void Checkpointer::removeReplacedInBackground(SaveOptions &options) {
+  if (options.removeReplaced)
+    return;
+  options.removeReplaced = [this](std::string replaced, std::unique_ptr<Claim> claim) {
+    waitForReplacedRemoval();
+    removal_ = std::thread(
+        [this, replaced = std::move(replaced), claim = std::move(claim)]() mutable {
+          // A failure leaves a tree at the staging path, which the next save
+          // removes before it stages (and fails on, clearly, if it cannot).
+          (void)storage_->removeTree(replaced);
+          claim.reset();
+        });
+  };
+}
 
 void Checkpointer::waitForPendingSave() {
   if (pending_)
@@ -144,6 +167,8 @@ Result<RankBuffers *> Checkpointer::buffers() {
 
 Result<TransferStats> Checkpointer::save(const std::string &dir, SaveOptions options) {
   waitForPendingSave();
+  waitForReplacedRemoval();
+  removeReplacedInBackground(options);
   // One staging pool for all this checkpointer's saves of device buffers.
   Result<RankBuffers *> held = buffers();
   if (held && !options.staging && staging_)
@@ -196,9 +221,12 @@ Result<std::shared_ptr<PendingSave>> Checkpointer::saveAsync(const std::string &
   std::shared_ptr<PendingSave> pending(new PendingSave());
   pending->stallSeconds_ = stall;
   options.staging = nullptr; // the snapshot is host memory
+  removeReplacedInBackground(options);
   PendingSave *job = pending.get();
   job->thread_ = std::thread([this, job, captured, dir, options = std::move(options), start] {
     Result<TransferStats> outcome = makeError("the async save did not run", ErrorKind::Internal);
+    // The last save's removal, waited for here rather than in the caller's stall.
+    waitForReplacedRemoval();
     try {
       if (!captured) {
         Status agreed = agree(*comm_, captured, root());

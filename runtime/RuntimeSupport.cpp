@@ -164,7 +164,9 @@ Result<ExistingTarget> checkReplaceable(Storage &storage, const std::string &tar
 }
 
 Status commitStaged(Storage &storage, const std::string &staging, const std::string &target,
-                    ReplaceTarget what, bool overwrite) {
+                    ReplaceTarget what, bool overwrite, bool *keptReplaced) {
+  if (keptReplaced)
+    *keptReplaced = false;
   Result<ExistingTarget> found = checkReplaceable(storage, target, what, overwrite);
   if (!found)
     return found.failure();
@@ -178,7 +180,9 @@ Status commitStaged(Storage &storage, const std::string &staging, const std::str
     if (Status status = storage.exchange(staging, target); !status)
       return status;
     // What was replaced now sits at the staging path.
-    if (Status status = storage.removeTree(staging); !status)
+    if (keptReplaced)
+      *keptReplaced = true;
+    else if (Status status = storage.removeTree(staging); !status)
       return status;
   } else if (Status status = storage.rename(staging, target); !status) {
     return status;

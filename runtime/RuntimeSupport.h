@@ -68,9 +68,12 @@ Result<ExistingTarget> checkReplaceable(Storage &storage, const std::string &tar
 /// Puts the staged directory at `target`, then syncs the parent. What stands
 /// at `target` is checked again first (anything may have appeared since the
 /// save began): only what checkReplaceable accepts is replaced, its mode kept
-/// and its carried files linked into the new directory.
+/// and its carried files linked into the new directory. What was replaced
+/// ends at the staging path: removed there, or, when `keptReplaced` is not
+/// null, left for the caller to remove (*keptReplaced then says whether
+/// anything was replaced).
 Status commitStaged(Storage &storage, const std::string &staging, const std::string &target,
-                    ReplaceTarget what, bool overwrite);
+                    ReplaceTarget what, bool overwrite, bool *keptReplaced = nullptr);
 
 /// Which directory a path names when a read starts (the path resolved), so
 /// that a failure can tell a checkpoint replaced meanwhile from a corrupt one.

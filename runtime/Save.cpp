@@ -496,7 +496,8 @@ bool patchBytesLengths(dcp::Metadata &metadata,
 /// chunk index, `.metadata`, then the rename.
 Status commit(const plan::PlanFile &planFile, const std::string &staging, const std::string &target,
               Storage &storage, const SaveOptions &options,
-              std::vector<integrity::ItemChecksum> items, TransferStats &stats) {
+              std::vector<integrity::ItemChecksum> items, TransferStats &stats,
+              bool &keptReplaced) {
   Result<std::string> metadata = planFile.metadataBytes();
   if (!metadata)
     return metadata.failure();
@@ -593,7 +594,8 @@ Status commit(const plan::PlanFile &planFile, const std::string &staging, const 
     return status;
   if (Status status = storage.syncDir(staging); !status)
     return status;
-  return commitStaged(storage, staging, target, ReplaceTarget::Checkpoint, options.overwrite);
+  return commitStaged(storage, staging, target, ReplaceTarget::Checkpoint, options.overwrite,
+                      options.removeReplaced ? &keptReplaced : nullptr);
 }
 
 } // namespace
@@ -667,6 +669,7 @@ Result<TransferStats> saveCheckpoint(const plan::PlanFile &planFile, const plan:
   // 3. All agree; the committing rank gathers the checksums and commits.
   integrity::IntegrityIndex mine;
   mine.items = std::move(checksums);
+  bool keptReplaced = false; // the replaced checkpoint waits at the staging path
   auto commitAll = [&](const std::vector<std::string> &payloads) -> Status {
     std::vector<integrity::ItemChecksum> all;
     for (size_t r = 0; r < payloads.size(); ++r) {
@@ -675,14 +678,16 @@ Result<TransferStats> saveCheckpoint(const plan::PlanFile &planFile, const plan:
         return makeError("rank " + std::to_string(r) + " sent corrupt checksums: " + part.error());
       all.insert(all.end(), part->items.begin(), part->items.end());
     }
-    return commit(planFile, staging, target, storage, options, std::move(all),
-                  stats);
+    return commit(planFile, staging, target, storage, options, std::move(all), stats,
+                  keptReplaced);
   };
   Status committed = agreeThenDecide(comm, wrote, integrity::serializeIndex(mine), root, commitAll);
   if (comm.rank() == root) {
     if (!committed)
       (void)storage.removeTree(staging); // nothing committed; the target is untouched
-    claim.reset();                       // the next save may start
+    else if (keptReplaced)
+      options.removeReplaced(staging, std::move(claim)); // released once it is gone
+    claim.reset();                                       // the next save may start
   }
   if (!committed)
     return propagate(committed,

@@ -4,11 +4,17 @@
 // buffers as soon as the save returns and the checkpoint still holds the
 // values it had then (host buffers and simulated device buffers); a second
 // save waits for the first; every error, any rank's, comes out of wait() on
-// every rank. (ThreadSanitizer runs these: scripts/tsan.sh.)
+// every rank. An overwrite returns before the checkpoint it replaced is
+// removed, and the next save waits for that removal. (ThreadSanitizer runs
+// these: scripts/tsan.sh.)
 //
 //===----------------------------------------------------------------------===//
 
+#include "ForwardingStorage.h"
 #include "MultiRank.h"
+
+#include <condition_variable>
+#include <mutex>
 
 using namespace fsdp;
 using namespace fsdp::runtime;
@@ -118,6 +124,98 @@ TEST(AsyncSave, ASecondSaveWaitsForTheFirstAndReusesTheSnapshot) {
   expectAllOk(loadOnRanks(two, work + "/a", 51));
   for (const char *dir : {"/b", "/c", "/d"})
     expectAllOk(loadOnRanks(two, work + dir, 52));
+  (void)createPosixStorage()->removeTree(work);
+}
+
+/// Where the test holds the removal of a replaced checkpoint, and lets it go.
+struct RemovalGate {
+  std::mutex mutex;
+  std::condition_variable changed;
+  bool entered = false, open = false, timedOut = false;
+};
+
+/// POSIX storage whose removal of a checkpoint (a tree holding a
+/// `.metadata`: what an overwrite replaced) waits for the gate to open.
+class GatedRemovalStorage : public ForwardingStorage {
+public:
+  explicit GatedRemovalStorage(std::shared_ptr<RemovalGate> gate) : gate_(std::move(gate)) {}
+  Status removeTree(const std::string &path) override {
+    if (base_->exists(path + "/.metadata")) {
+      std::unique_lock<std::mutex> lock(gate_->mutex);
+      gate_->entered = true;
+      gate_->changed.notify_all();
+      // Bounded, so that a removal the save waits for fails the test rather than hanging it.
+      if (!gate_->changed.wait_for(lock, std::chrono::seconds(10), [&] { return gate_->open; }))
+        gate_->timedOut = true;
+    }
+    return base_->removeTree(path);
+  }
+
+private:
+  std::shared_ptr<RemovalGate> gate_;
+};
+
+TEST(ReplacedRemoval, AnOverwriteReturnsBeforeItAndTheNextSaveWaitsForIt) {
+  std::string work = tempDir();
+  ASSERT_FALSE(work.empty());
+  plan::PlanFile two = planFor(largerModel(2));
+  std::string target = work + "/ckpt", staging = target + ".fsdp-staging";
+  expectAllOk(saveOnRanks(two, target, 71));
+  auto gate = std::make_shared<RemovalGate>();
+  PerRank<Status> saved(2);
+  onRanks(2, [&](int64_t rank, std::unique_ptr<Communicator> comm) {
+    Result<std::unique_ptr<Checkpointer>> opened = openAndAllocate(
+        two, std::move(comm), std::make_unique<GatedRemovalStorage>(gate), {});
+    ASSERT_TRUE(opened) << opened.error();
+    Checkpointer &checkpointer = **opened;
+    bool root = rank == checkpointer.root();
+    SaveOptions overwrite;
+    overwrite.overwrite = true;
+    Status status = checkpointer.fill(72);
+    if (status)
+      status = statusOf(checkpointer.save(target, overwrite));
+    if (root) {
+      // The save returned with the replaced checkpoint still at the gate.
+      std::unique_lock<std::mutex> lock(gate->mutex);
+      EXPECT_TRUE(gate->changed.wait_for(lock, std::chrono::seconds(60),
+                                         [&] { return gate->entered; }));
+      EXPECT_FALSE(gate->open);
+      lock.unlock();
+      EXPECT_TRUE(createPosixStorage()->exists(staging + "/.metadata"));
+      // A save from elsewhere meanwhile fails busy: the target is still claimed.
+      expectAllFailWith(saveOnRanks(planFor(workedExample({1})), target, 74),
+                        "busy: another save holds this target", ErrorKind::Busy);
+    }
+    // The new checkpoint is in place: a load reads it.
+    if (status)
+      status = checkpointer.fill(73);
+    if (status)
+      status = checkpointer.load(target) ? checkpointer.check(72)
+                                         : makeError("the load failed", ErrorKind::Internal);
+    // The next save waits for the removal (else its claim would fail busy).
+    std::thread opener;
+    if (root)
+      opener = std::thread([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        std::lock_guard<std::mutex> lock(gate->mutex);
+        gate->open = true;
+        gate->changed.notify_all();
+      });
+    if (status)
+      status = checkpointer.fill(75);
+    if (status)
+      status = statusOf(checkpointer.save(target, overwrite));
+    if (opener.joinable())
+      opener.join();
+    checkpointer.waitForReplacedRemoval();
+    if (root) {
+      EXPECT_FALSE(createPosixStorage()->exists(staging));
+      EXPECT_FALSE(gate->timedOut) << "a save waited for the removal of what it replaced";
+    }
+    saved.values[rank] = status;
+  });
+  expectAllOk(saved.values);
+  expectAllOk(loadOnRanks(two, target, 75));
   (void)createPosixStorage()->removeTree(work);
 }
 

@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "../TestModels.h"
+#include "ForwardingStorage.h"
 #include "MultiRank.h"
 #include "fsdp/Runtime/Checkpoint.h"
 #include "fsdp/Runtime/CheckpointReader.h"
@@ -213,17 +214,10 @@ namespace {
 /// Posix storage that, on the first open of a data file, exchanges the
 /// checkpoint being read with another one: a save with --overwrite
 /// committing in the middle of a read.
-class SwappingStorage : public Storage {
+class SwappingStorage : public ForwardingStorage {
 public:
   SwappingStorage(std::string dir, std::string other)
-      : base_(createPosixStorage()), dir_(std::move(dir)), other_(std::move(other)) {}
-  Result<std::unique_ptr<Claim>> claim(const std::string &lock, const std::string &holder) override {
-    return base_->claim(lock, holder);
-  }
-  Result<std::string> realPath(const std::string &path) override { return base_->realPath(path); }
-  Result<std::unique_ptr<WritableFile>> create(const std::string &path) override {
-    return base_->create(path);
-  }
+      : dir_(std::move(dir)), other_(std::move(other)) {}
   Result<std::unique_ptr<zip::ByteSource>> openRead(const std::string &path) override {
     if (!swapped_ && path.size() > 7 && path.compare(path.size() - 7, 7, ".distcp") == 0) {
       swapped_ = true;
@@ -231,30 +225,9 @@ public:
     }
     return base_->openRead(path);
   }
-  bool exists(const std::string &path) override { return base_->exists(path); }
-  Result<PathStatus> status(const std::string &path) override { return base_->status(path); }
-  Result<std::vector<std::string>> listDir(const std::string &path) override {
-    return base_->listDir(path);
-  }
-  Status link(const std::string &from, const std::string &to) override {
-    return base_->link(from, to);
-  }
-  Status setMode(const std::string &path, uint32_t mode) override {
-    return base_->setMode(path, mode);
-  }
-  Status makeDir(const std::string &path) override { return base_->makeDir(path); }
-  Status removeTree(const std::string &path) override { return base_->removeTree(path); }
-  Status rename(const std::string &from, const std::string &to) override {
-    return base_->rename(from, to);
-  }
-  Status exchange(const std::string &a, const std::string &b) override {
-    return base_->exchange(a, b);
-  }
-  Status syncDir(const std::string &path) override { return base_->syncDir(path); }
   bool swapped() const { return swapped_; }
 
 private:
-  std::unique_ptr<Storage> base_;
   std::string dir_, other_;
   bool swapped_ = false;
 };

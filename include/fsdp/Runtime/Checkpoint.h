@@ -151,6 +151,14 @@ struct SaveOptions {
   bool liveReplacesPlannedBytes = false;
   ProgressCallback progress;
   std::string writer = "fsdp-mlir runtime";
+  /// What becomes of the checkpoint an overwrite replaced, once the new one
+  /// is committed and durable. Null: removed before the save returns. Set
+  /// (a Checkpointer sets it): handed the path the old tree now has and the
+  /// target's claim, to remove the tree in the background and then release
+  /// the claim. Removing gigabytes takes seconds where the file system
+  /// discards freed blocks (ext4 mounted with `discard`), and nothing of the
+  /// user's waits on it.
+  std::function<void(std::string replaced, std::unique_ptr<Claim> claim)> removeReplaced;
 };
 
 struct LoadOptions {

@@ -14,6 +14,12 @@
 // first waits for a save still running, so a second save waits for the
 // first; a save from elsewhere to the same target still fails busy.
 //
+// The checkpoint an overwrite replaces is removed on a thread of its own
+// once the new one is committed (SaveOptions::removeReplaced): the save
+// returns without waiting for it, the next save waits for it first, and
+// until it is gone the target stays claimed (a save from elsewhere fails
+// busy).
+//
 //===----------------------------------------------------------------------===//
 #ifndef FSDP_RUNTIME_CHECKPOINTER_H
 #define FSDP_RUNTIME_CHECKPOINTER_H
@@ -63,7 +69,8 @@ private:
 
 class Checkpointer {
 public:
-  /// Waits for a save still running in the background.
+  /// Waits for a save still running in the background, and for the
+  /// removal of a replaced checkpoint.
   ~Checkpointer();
 
   /// Opens `planPath` for `comm`'s rank over `storage` (POSIX when null).
@@ -127,6 +134,9 @@ public:
   /// Waits for a save still running in the background (none: returns at
   /// once); its outcome stays with its PendingSave.
   void waitForPendingSave();
+  /// Waits for the removal of the checkpoint the last save replaced (none:
+  /// returns at once). Every save waits for it first.
+  void waitForReplacedRemoval();
   Result<LoadResult> load(const std::string &dir, LoadOptions options = {});
   /// Loads a Hugging Face model directory (HfImport.h): main weights from
   /// its safetensors, optimizer state zeroed, step 0.
@@ -157,6 +167,8 @@ private:
   std::shared_ptr<MemoryBackend> backend_;
   Status ensureStaging();
   Status findReplicas();
+  /// Sets options.removeReplaced (unless the caller did) to removal_.
+  void removeReplacedInBackground(SaveOptions &options);
   std::unique_ptr<StagingPool> staging_;   // for device buffers; see reserveStaging
   uint64_t stagingBytes_ = 0;              // what staging_ was reserved with
   unsigned stagingThreads_ = 0;
@@ -166,6 +178,9 @@ private:
   std::unique_ptr<ReplicaDataPlane> replicas_;
   std::unique_ptr<SaveSnapshot> snapshot_; // made by the first async save
   std::shared_ptr<PendingSave> pending_;
+  // Removes what the last save replaced. Touched only by the thread that
+  // runs a save, after the previous save was joined.
+  std::thread removal_;
   std::map<std::pair<int32_t, plan::BufferRole>, void *> bound_;
   std::optional<RankBuffers> buffers_;
   std::optional<std::vector<std::string>> plannedKeys_;
