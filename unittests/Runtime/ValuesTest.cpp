@@ -568,6 +568,36 @@ TEST(Values, HalfFromEveryFloatNearItsRange) {
 // castElements
 //===----------------------------------------------------------------------===//
 
+/// The f32 -> bf16/f16 loops are built for several instruction sets (the
+/// machine's is picked at load time): bit for bit the scalar conversions, on
+/// every kind of value (NaN payloads, ties, overflow, subnormals) and at
+/// every start and tail length a vector loop splits differently.
+TEST(Values, VectorCastsEqualTheScalarOnesBitForBit) {
+  std::mt19937 rng(4242);
+  std::vector<uint32_t> bits(1 << 20);
+  for (uint32_t &b : bits)
+    b = rng();
+  // Around the rounding points of both formats, for every sign and exponent.
+  for (uint32_t top = 0; top < 512; ++top)
+    for (uint32_t low : {0x0u, 0x1u, 0xfffu, 0x1000u, 0x1001u, 0x2fffu, 0x7fffu, 0x8000u,
+                         0x8001u, 0x17fffu, 0x18000u, 0x7fffffu})
+      bits.push_back(top << 23 | low);
+  std::vector<float> in(bits.size());
+  std::memcpy(in.data(), bits.data(), bits.size() * 4);
+  std::vector<uint16_t> bf16(in.size()), f16(in.size());
+  for (size_t start : {0, 1, 3, 7}) {
+    for (size_t tail : {0, 1, 5, 15, 31}) {
+      size_t n = in.size() - start - tail;
+      ASSERT_TRUE(castElements(DType::Float32, in.data() + start, DType::BFloat16, bf16.data(), n));
+      ASSERT_TRUE(castElements(DType::Float32, in.data() + start, DType::Float16, f16.data(), n));
+      for (size_t j = 0; j < n; ++j) {
+        ASSERT_EQ(bf16[j], floatToBFloat16(in[start + j])) << std::hex << bits[start + j];
+        ASSERT_EQ(f16[j], floatToHalf(in[start + j])) << std::hex << bits[start + j];
+      }
+    }
+  }
+}
+
 TEST(Values, CastBetweenFloatTypes) {
   std::mt19937 rng(77);
   std::vector<float> f32(4096);
