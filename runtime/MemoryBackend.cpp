@@ -55,13 +55,22 @@ public:
   bool hostAccessible() const override { return true; }
   Result<void *> allocate(uint64_t bytes) override {
     // Page aligned (direct I/O wants it), rounded up as aligned_alloc needs.
-    uint64_t rounded = (bytes + 4095) / 4096 * 4096;
+    // Large blocks are aligned to a huge page and asked for huge pages
+    // (transparent huge pages are often "madvise" only): touching them then
+    // faults once per 2 MiB, not per 4 KiB. Measured here: zeroing and
+    // filling 1.87 GB took 0.8-1.2 s so, 2.4-3.4 s in small pages (an async
+    // save's first stall reserves its snapshot so).
+    constexpr uint64_t kHugePage = uint64_t(2) << 20;
+    uint64_t alignment = bytes >= kHugePage ? kHugePage : 4096;
+    uint64_t rounded = (bytes + alignment - 1) / alignment * alignment;
     if (!rounded)
       return static_cast<void *>(nullptr);
-    void *memory = std::aligned_alloc(4096, rounded);
+    void *memory = std::aligned_alloc(alignment, rounded);
     if (!memory)
       return makeError("cannot allocate " + std::to_string(bytes) + " bytes of host memory",
                        ErrorKind::IO, ENOMEM);
+    if (alignment == kHugePage)
+      (void)::madvise(memory, rounded, MADV_HUGEPAGE); // a hint: refused, small pages serve
     std::memset(memory, 0, rounded);
     return memory;
   }
