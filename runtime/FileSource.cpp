@@ -2,13 +2,17 @@
 #include "fsdp/Runtime/FileSource.h"
 
 #include <cerrno>
+#include <csetjmp>
+#include <csignal>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 #include <algorithm>
+#include <atomic>
 #include <fcntl.h>
 #include <linux/aio_abi.h>
 #include <sys/mman.h>
@@ -172,7 +176,105 @@ struct AioContext {
   }
 };
 
+/// Cached ranges of at least this size are copied out of a mapping of the
+/// file (memcpy) instead of by pread (the kernel's copy): measured here,
+/// 4.2-5.1 GB/s against 3.3-3.4 for copy and xxh3 of a cached 1.87 GB file
+/// on 2 threads.
+constexpr uint64_t kMappedReadMinimum = uint64_t(1) << 20;
+
+// A mapped page past the end of a file that shrank after it was mapped
+// raises SIGBUS where pread would return short. A guarded copy turns that
+// into an error: its thread's jump is set while it copies, and the handler
+// (installed once, ahead of whatever handler was there, which it calls for
+// every other SIGBUS) jumps back.
+thread_local sigjmp_buf *guardedCopyJump = nullptr;
+struct sigaction previousBusAction;
+
+void onBusError(int signal, siginfo_t *info, void *context) {
+  if (guardedCopyJump)
+    siglongjmp(*guardedCopyJump, 1);
+  if (previousBusAction.sa_flags & SA_SIGINFO) {
+    previousBusAction.sa_sigaction(signal, info, context);
+  } else if (previousBusAction.sa_handler != SIG_DFL && previousBusAction.sa_handler != SIG_IGN) {
+    previousBusAction.sa_handler(signal);
+  } else {
+    // The default action: the faulting access runs again and ends the process.
+    ::signal(SIGBUS, SIG_DFL);
+  }
+}
+
+/// True when the guard's handler is the process's SIGBUS handler (installed
+/// here the first time). Not where a caller replaced it since: those reads
+/// use pread.
+bool busErrorsGuarded() {
+  static std::once_flag installed;
+  std::call_once(installed, [] {
+    struct sigaction action {};
+    action.sa_sigaction = onBusError;
+    action.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&action.sa_mask);
+    (void)::sigaction(SIGBUS, &action, &previousBusAction);
+  });
+  struct sigaction current {};
+  return ::sigaction(SIGBUS, nullptr, &current) == 0 && (current.sa_flags & SA_SIGINFO) &&
+         current.sa_sigaction == onBusError;
+}
+
+/// memcpy that returns false instead of dying when `from` is a mapped page
+/// that is gone.
+bool guardedCopy(char *to, const char *from, size_t count) {
+  sigjmp_buf jump;
+  if (sigsetjmp(jump, 1)) {
+    guardedCopyJump = nullptr;
+    return false;
+  }
+  guardedCopyJump = &jump;
+  // The handler reads the jump: the fences keep the compiler from moving
+  // (or dropping) the stores across the copy.
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  std::memcpy(to, from, count);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  guardedCopyJump = nullptr;
+  return true;
+}
+
+/// A read-only mapping, unmapped on destruction.
+struct Mapping {
+  void *address = MAP_FAILED;
+  size_t length = 0;
+  ~Mapping() {
+    if (address != MAP_FAILED)
+      ::munmap(address, length);
+  }
+};
+
 } // namespace
+
+Status FileSource::readMapped(uint64_t offset, uint64_t count, char *into,
+                              const BlockConsumer &consume, bool &mapped) const {
+  static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  uint64_t begin = offset / page * page;
+  Mapping mapping;
+  mapping.length = offset + count - begin;
+  mapping.address = ::mmap(nullptr, mapping.length, PROT_READ, MAP_SHARED, fd_,
+                           static_cast<off_t>(begin));
+  mapped = mapping.address != MAP_FAILED;
+  if (!mapped)
+    return Status::success(); // a file system that cannot map: pread reads it
+  const char *bytes = static_cast<const char *>(mapping.address) + (offset - begin);
+  for (uint64_t at = 0; at < count; at += kConsumeBlock) {
+    uint64_t size = std::min(kConsumeBlock, count - at);
+    if (!guardedCopy(into + at, bytes + at, size))
+      return makeError(path_ + ": unexpected end of file within " + std::to_string(size) +
+                           " bytes at " + std::to_string(offset + at) +
+                           " (the file shrank while being read)",
+                       ErrorKind::Corrupt);
+    mappedBytes_ += size;
+    if (Status status = consume(at, into + at, size); !status)
+      return status;
+  }
+  return Status::success();
+}
 
 bool FileSource::cold(uint64_t offset, uint64_t count) const {
   // A non-blocking read of a page at the start, middle and end: one the
@@ -209,6 +311,12 @@ Status FileSource::readBlocks(uint64_t offset, uint64_t count, char *into,
     char *blocks = fd >= 0 ? directBlocks() : nullptr;
     if (blocks)
       return readDirect(fd, offset, count, into, consume);
+  } else if (into && count >= kMappedReadMinimum && busErrorsGuarded() &&
+             (count >= kDirectReadMinimum || !cold(offset, count))) {
+    bool mapped = false;
+    Status status = readMapped(offset, count, into, consume, mapped);
+    if (mapped)
+      return status;
   }
   return ByteSource::readBlocks(offset, count, into, consume);
 }

@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
@@ -210,6 +211,108 @@ TEST(DirectReads, AFileThatShrinksIsAnErrorAndAConsumerErrorStops) {
                                      });
   ASSERT_FALSE(past);
   EXPECT_NE(past.error().find("past the end"), std::string::npos) << past.error();
+  (void)createPosixStorage()->removeTree(dir);
+}
+
+/// A file of `bytes` under `dir`, left in the page cache.
+std::string warmFile(const std::string &dir, const std::string &bytes) {
+  std::string path = dir + "/warm";
+  std::ofstream(path, std::ios::binary) << bytes;
+  return path;
+}
+
+Status acceptAll(uint64_t, const char *, size_t) { return Status::success(); }
+
+TEST(MappedReads, AWarmRangeIsCopiedOutOfAMappingInOrder) {
+  std::string dir = tempDir();
+  ASSERT_FALSE(dir.empty());
+  std::string bytes = pattern(20u << 20, 7);
+  auto source = FileSource::open(warmFile(dir, bytes));
+  ASSERT_TRUE(source) << source.error();
+  // Unaligned at both ends, across many blocks.
+  uint64_t offset = 4097 + 12345, count = bytes.size() - offset - 777;
+  std::string destination(count, '\0');
+  uint64_t next = 0;
+  Status read = (*source)->readBlocks(offset, count, destination.data(),
+                                      [&](uint64_t at, const char *block, size_t size) {
+                                        EXPECT_EQ(at, next);
+                                        EXPECT_EQ(block, destination.data() + at);
+                                        next = at + size;
+                                        return Status::success();
+                                      });
+  ASSERT_TRUE(read) << read.error();
+  EXPECT_EQ(next, count);
+  EXPECT_TRUE(destination == bytes.substr(offset, count));
+  EXPECT_EQ((*source)->mappedBytes(), count);
+  EXPECT_EQ((*source)->directBytes(), 0u);
+  // A consumer's error stops the read there.
+  uint64_t calls = 0;
+  Status stopped = (*source)->readBlocks(0, bytes.size(), destination.data(),
+                                         [&](uint64_t, const char *, size_t) {
+                                           return ++calls == 3 ? Status(makeError("enough"))
+                                                               : Status::success();
+                                         });
+  ASSERT_FALSE(stopped);
+  EXPECT_EQ(stopped.error(), "enough");
+  EXPECT_EQ(calls, 3u);
+  (void)createPosixStorage()->removeTree(dir);
+}
+
+TEST(MappedReads, AFileThatShrinksAfterItWasOpenedIsAnErrorNotACrash) {
+  std::string dir = tempDir();
+  ASSERT_FALSE(dir.empty());
+  std::string bytes = pattern(40u << 20, 11);
+  std::string path = warmFile(dir, bytes);
+  auto source = FileSource::open(path);
+  ASSERT_TRUE(source) << source.error();
+  // What a save by another program into the same directory does.
+  ASSERT_EQ(::truncate(path.c_str(), 20 << 20), 0);
+  std::string destination(bytes.size(), '\0');
+  Status read = (*source)->readBlocks(0, bytes.size(), destination.data(), acceptAll);
+  ASSERT_FALSE(read);
+  EXPECT_EQ(read.kind(), ErrorKind::Corrupt);
+  EXPECT_NE(read.error().find("at 20971520 (the file shrank while being read)"),
+            std::string::npos)
+      << read.error();
+  EXPECT_GT((*source)->mappedBytes(), 0u);
+  EXPECT_TRUE(destination.compare(0, 20 << 20, bytes, 0, 20 << 20) == 0);
+  // The guard is left as it was: the part still there reads again.
+  ASSERT_TRUE((*source)->readBlocks(0, 10 << 20, destination.data(), acceptAll));
+  (void)createPosixStorage()->removeTree(dir);
+}
+
+void callersBusHandler(int) { std::_Exit(99); }
+
+TEST(MappedReads, ACallersOwnBusHandlerIsLeftAloneAndPreadReads) {
+  std::string dir = tempDir();
+  ASSERT_FALSE(dir.empty());
+  std::string bytes = pattern(20u << 20, 13);
+  std::string path = warmFile(dir, bytes);
+  {
+    // The guard's handler goes in with a first mapped read.
+    auto source = FileSource::open(path);
+    ASSERT_TRUE(source);
+    std::string destination(bytes.size(), '\0');
+    ASSERT_TRUE((*source)->readBlocks(0, bytes.size(), destination.data(), acceptAll));
+    ASSERT_EQ((*source)->mappedBytes(), bytes.size());
+  }
+  struct sigaction callers {}, before {};
+  callers.sa_handler = callersBusHandler;
+  sigemptyset(&callers.sa_mask);
+  ASSERT_EQ(::sigaction(SIGBUS, &callers, &before), 0);
+  auto source = FileSource::open(path);
+  ASSERT_TRUE(source);
+  std::string destination(bytes.size(), '\0');
+  ASSERT_TRUE((*source)->readBlocks(0, bytes.size(), destination.data(), acceptAll));
+  EXPECT_TRUE(destination == bytes);
+  EXPECT_EQ((*source)->mappedBytes(), 0u); // read by pread
+  ASSERT_EQ(::truncate(path.c_str(), 10 << 20), 0);
+  Status read = (*source)->readBlocks(0, bytes.size(), destination.data(), acceptAll);
+  ASSERT_FALSE(read);
+  EXPECT_NE(read.error().find("shrank"), std::string::npos) << read.error();
+  struct sigaction now {};
+  ASSERT_EQ(::sigaction(SIGBUS, &before, &now), 0);
+  EXPECT_EQ(now.sa_handler, callersBusHandler); // never replaced
   (void)createPosixStorage()->removeTree(dir);
 }
 

@@ -23,12 +23,17 @@ public:
   void prefetch(uint64_t offset, uint64_t count) const override;
   /// A large range the page cache does not hold is read with direct I/O,
   /// a deep queue of aligned blocks in flight (what the device needs to
-  /// reach its rate); a cached one through the cache, as the base does.
+  /// reach its rate); a cached one (into a destination, 1 MiB or more) is
+  /// copied out of a mapping of the file, faster than the kernel's copy; the
+  /// rest through the cache, as the base does. A file that shrinks meanwhile
+  /// is an error in every case.
   Status readBlocks(uint64_t offset, uint64_t count, char *into,
                     const BlockConsumer &consume) const override;
   const std::string &path() const { return path_; }
   /// Bytes this source has read with direct I/O so far.
   uint64_t directBytes() const { return directBytes_; }
+  /// Bytes this source has copied out of a mapping so far.
+  uint64_t mappedBytes() const { return mappedBytes_; }
 
 private:
   FileSource(std::string path, int fd, uint64_t size)
@@ -39,6 +44,9 @@ private:
   int directDescriptor() const;
   Status readDirect(int fd, uint64_t offset, uint64_t count, char *into,
                     const BlockConsumer &consume) const;
+  /// `mapped` false: the file could not be mapped and nothing was read.
+  Status readMapped(uint64_t offset, uint64_t count, char *into, const BlockConsumer &consume,
+                    bool &mapped) const;
   Status checkRange(uint64_t offset, uint64_t count) const;
   std::string path_;
   int fd_;
@@ -46,6 +54,7 @@ private:
   mutable std::once_flag directOpened_;
   mutable int directFd_ = -1;
   mutable std::atomic<uint64_t> directBytes_{0};
+  mutable std::atomic<uint64_t> mappedBytes_{0};
 };
 
 } // namespace runtime
