@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 #include "fsdp/Runtime/Cast.h"
 
+#include "CastKernels.h"
 #include "ElementBits.h"
 
 #include <cstring>
@@ -70,25 +71,46 @@ bool castFrom(dcp::DType from, const void *in, void *out, uint64_t count, Conver
   }
 }
 
-/// The casts a load makes of every main weight (f32 to a bf16 or f16 model
-/// weight), built for AVX-512 and AVX2 beside the baseline and picked at
-/// load time: the baseline loop is compute-bound at about half of memcpy's
-/// speed on this project's machines, and it is a tenth of a warm load.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define FSDP_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define FSDP_VECTOR_CLONES
+// The casts a load makes of every main weight (f32 to a bf16 or f16 model
+// weight) are built for AVX-512 and AVX2 beside the baseline, and the best
+// the CPU runs is picked once: the baseline loop is compute-bound at about
+// half of memcpy's speed, a tenth of a warm load. Picked by a function
+// pointer, not GCC's target_clones: an ifunc resolver runs before a
+// sanitizer's runtime is up and crashes instrumented builds at start-up.
+#define FSDP_FLOAT_CAST_KERNELS(attributes, suffix)                                              \
+  attributes void floatToBFloat16##suffix(const void *in, void *out, uint64_t count) {          \
+    castLoop<float, uint16_t>(in, out, count, [](float v) { return toBFloat16(v); });            \
+  }                                                                                              \
+  attributes void floatToHalf##suffix(const void *in, void *out, uint64_t count) {              \
+    castLoop<float, uint16_t>(in, out, count, [](float v) { return toHalf(v); });                \
+  }
+
+FSDP_FLOAT_CAST_KERNELS(, Baseline)
+#if FSDP_CAST_HAS_X86_LEVELS
+FSDP_FLOAT_CAST_KERNELS(__attribute__((target("arch=x86-64-v3"))), X86_64_V3)
+FSDP_FLOAT_CAST_KERNELS(__attribute__((target("arch=x86-64-v4"))), X86_64_V4)
 #endif
+#undef FSDP_FLOAT_CAST_KERNELS
 
-FSDP_VECTOR_CLONES void castFloatToBFloat16(const void *in, void *out, uint64_t count) {
-  castLoop<float, uint16_t>(in, out, count, [](float v) { return toBFloat16(v); });
-}
-
-FSDP_VECTOR_CLONES void castFloatToHalf(const void *in, void *out, uint64_t count) {
-  castLoop<float, uint16_t>(in, out, count, [](float v) { return toHalf(v); });
+const FloatCastKernels &bestFloatCastKernels() {
+  static const FloatCastKernels best = runnableFloatCastKernels().back();
+  return best;
 }
 
 } // namespace
+
+std::vector<FloatCastKernels> runnableFloatCastKernels() {
+  std::vector<FloatCastKernels> kernels = {
+      {"baseline", floatToBFloat16Baseline, floatToHalfBaseline}};
+#if FSDP_CAST_HAS_X86_LEVELS
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("x86-64-v3"))
+    kernels.push_back({"x86-64-v3", floatToBFloat16X86_64_V3, floatToHalfX86_64_V3});
+  if (__builtin_cpu_supports("x86-64-v4"))
+    kernels.push_back({"x86-64-v4", floatToBFloat16X86_64_V4, floatToHalfX86_64_V4});
+#endif
+  return kernels;
+}
 
 uint16_t floatToBFloat16(float value) { return toBFloat16(value); }
 uint16_t floatToHalf(float value) { return toHalf(value); }
@@ -109,11 +131,11 @@ Status castElements(dcp::DType from, const void *in, dcp::DType to, void *out, u
   // Wider sources go through f32 for the 16-bit targets, as c10::BFloat16 and
   // c10::Half (constructed from float) do for a double tensor's .to().
   if (from == dcp::DType::Float32 && to == dcp::DType::BFloat16) {
-    castFloatToBFloat16(in, out, count);
+    bestFloatCastKernels().toBFloat16(in, out, count);
     return Status::success();
   }
   if (from == dcp::DType::Float32 && to == dcp::DType::Float16) {
-    castFloatToHalf(in, out, count);
+    bestFloatCastKernels().toHalf(in, out, count);
     return Status::success();
   }
   bool ok = false;

@@ -10,6 +10,7 @@
 #include "fsdp/Runtime/Values.h"
 #include "fsdp/Runtime/Cast.h"
 
+#include "../../runtime/CastKernels.h"
 #include "../TestSupport.h"
 #include "SlowFloat.h"
 
@@ -568,10 +569,10 @@ TEST(Values, HalfFromEveryFloatNearItsRange) {
 // castElements
 //===----------------------------------------------------------------------===//
 
-/// The f32 -> bf16/f16 loops are built for several instruction sets (the
-/// machine's is picked at load time): bit for bit the scalar conversions, on
-/// every kind of value (NaN payloads, ties, overflow, subnormals) and at
-/// every start and tail length a vector loop splits differently.
+/// The f32 -> bf16/f16 loops are built for several instruction sets: each
+/// one this CPU runs is bit for bit the scalar conversions, on every kind of
+/// value (NaN payloads, ties, overflow, subnormals) and at every start and
+/// tail length a vector loop splits differently; castElements runs the best.
 TEST(Values, VectorCastsEqualTheScalarOnesBitForBit) {
   std::mt19937 rng(4242);
   std::vector<uint32_t> bits(1 << 20);
@@ -585,17 +586,27 @@ TEST(Values, VectorCastsEqualTheScalarOnesBitForBit) {
   std::vector<float> in(bits.size());
   std::memcpy(in.data(), bits.data(), bits.size() * 4);
   std::vector<uint16_t> bf16(in.size()), f16(in.size());
-  for (size_t start : {0, 1, 3, 7}) {
-    for (size_t tail : {0, 1, 5, 15, 31}) {
-      size_t n = in.size() - start - tail;
-      ASSERT_TRUE(castElements(DType::Float32, in.data() + start, DType::BFloat16, bf16.data(), n));
-      ASSERT_TRUE(castElements(DType::Float32, in.data() + start, DType::Float16, f16.data(), n));
-      for (size_t j = 0; j < n; ++j) {
-        ASSERT_EQ(bf16[j], floatToBFloat16(in[start + j])) << std::hex << bits[start + j];
-        ASSERT_EQ(f16[j], floatToHalf(in[start + j])) << std::hex << bits[start + j];
+  std::vector<FloatCastKernels> kernels = runnableFloatCastKernels();
+  ASSERT_STREQ(kernels.front().isa, "baseline");
+  for (const FloatCastKernels &kernel : kernels) {
+    SCOPED_TRACE(kernel.isa);
+    for (size_t start : {0, 1, 3, 7}) {
+      for (size_t tail : {0, 1, 5, 15, 31}) {
+        size_t n = in.size() - start - tail;
+        kernel.toBFloat16(in.data() + start, bf16.data(), n);
+        kernel.toHalf(in.data() + start, f16.data(), n);
+        for (size_t j = 0; j < n; ++j) {
+          ASSERT_EQ(bf16[j], floatToBFloat16(in[start + j])) << std::hex << bits[start + j];
+          ASSERT_EQ(f16[j], floatToHalf(in[start + j])) << std::hex << bits[start + j];
+        }
       }
     }
   }
+  // castElements' pick, on an unaligned output.
+  std::vector<unsigned char> out(2 * in.size() + 1);
+  ASSERT_TRUE(castElements(DType::Float32, in.data(), DType::BFloat16, out.data() + 1, in.size()));
+  kernels.back().toBFloat16(in.data(), bf16.data(), in.size());
+  EXPECT_EQ(std::memcmp(out.data() + 1, bf16.data(), 2 * in.size()), 0);
 }
 
 TEST(Values, CastBetweenFloatTypes) {

@@ -1,0 +1,35 @@
+//===- CastKernels.h - The f32 -> 16-bit cast loops per ISA ----*- C++ -*-===//
+//
+// castElements runs the best of these the CPU supports; the tests run every
+// one of them against the scalar conversions.
+//
+//===----------------------------------------------------------------------===//
+#ifndef FSDP_RUNTIME_CASTKERNELS_H
+#define FSDP_RUNTIME_CASTKERNELS_H
+
+#include <cstdint>
+#include <vector>
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define FSDP_CAST_HAS_X86_LEVELS 1
+#else
+#define FSDP_CAST_HAS_X86_LEVELS 0
+#endif
+
+namespace fsdp {
+namespace runtime {
+
+struct FloatCastKernels {
+  const char *isa;
+  void (*toBFloat16)(const void *in, void *out, uint64_t count);
+  void (*toHalf)(const void *in, void *out, uint64_t count);
+};
+
+/// The kernels this build has and this CPU runs, the baseline first and the
+/// best last.
+std::vector<FloatCastKernels> runnableFloatCastKernels();
+
+} // namespace runtime
+} // namespace fsdp
+
+#endif // FSDP_RUNTIME_CASTKERNELS_H
