@@ -30,6 +30,10 @@ config.environment["FILECHECK_OPTS"] = "-enable-var-scope"
 
 tools = ["fsdp-opt", "fsdp-translate", "fsdp-ckpt", "fsdp-c-api-roundtrip", "fsdp-mpi-subcomm"]
 llvm_config.add_tool_substitutions(tools, [config.fsdp_tools_dir, config.llvm_tools_dir])
+# The benchmark programs, unless FSDP_BUILD_BENCH is off: `REQUIRES: bench`.
+if os.access(os.path.join(config.fsdp_tools_dir, "fsdp-bench-memcpy-xxh3"), os.X_OK):
+    config.available_features.add("bench")
+    llvm_config.add_tool_substitutions(["fsdp-bench-memcpy-xxh3"], [config.fsdp_tools_dir])
 
 # Python with torch, safetensors and transformers from PyPI (scripts/python-env.sh
 # makes it, cached under ~/.cache): FSDP_VENV_PYTHON names its interpreter. Tests
