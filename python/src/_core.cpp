@@ -25,6 +25,7 @@
 #include "fsdp/Runtime/HfImport.h"
 #include "fsdp/Runtime/Inspect.h"
 #include "fsdp/Runtime/JobRoot.h"
+#include "fsdp/Runtime/Protocol.h"
 
 #include <mutex>
 #include <nanobind/nanobind.h>
@@ -862,6 +863,24 @@ public:
     checkpointer_->waitForPendingSave();
   }
 
+  /// Every rank's verdict on the checks it made before a collective (an
+  /// empty `localError`: it passed): when any rank failed, every rank raises
+  /// that rank's error, so that none enters the collective alone and waits
+  /// for the others forever. After a pending save, whose commit uses the
+  /// same communicator.
+  void agree(const std::string &localError) {
+    Status local = localError.empty()
+                       ? Status::success()
+                       : Status(makeError(localError, ErrorKind::InvalidArgument));
+    Status agreed = Status::success();
+    {
+      nb::gil_scoped_release release;
+      checkpointer_->waitForPendingSave();
+      agreed = runtime::agree(checkpointer_->comm(), local, checkpointer_->root());
+    }
+    check(agreed);
+  }
+
   nb::dict load(const std::string &dir, bool syncModelWeights, unsigned threads,
                 bool verifyChecksums, nb::handle progress, std::vector<std::string> only,
                 std::vector<std::string> exclude) {
@@ -1007,6 +1026,7 @@ NB_MODULE(_core, m) {
            nb::rv_policy::take_ownership)
       .def("reserve_snapshot", &PyCheckpointer::reserveSnapshot)
       .def("wait_for_pending_save", &PyCheckpointer::waitForPendingSave)
+      .def("agree", &PyCheckpointer::agree, "local_error"_a)
       .def("load", &PyCheckpointer::load, "dir"_a, "sync_model_weights"_a = true,
            "threads"_a = 0u, "verify_checksums"_a = true, "progress"_a.none() = nb::none(),
            "only"_a = std::vector<std::string>(), "exclude"_a = std::vector<std::string>())

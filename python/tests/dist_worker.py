@@ -154,7 +154,56 @@ def mpi_save_load(args):
         raise AssertionError("load of a missing checkpoint passed")
 
 
+def one_rank_refuses(args):
+    """A check that fails on one rank only (its bound tensor freed, or its live items
+    malformed) fails the save, async save or load on every rank, none waiting on the
+    others; afterwards the same checkpointer saves and loads."""
+    import torch
+
+    dist = init_gloo()
+    rank = dist.get_rank()
+    ck = fm.Checkpointer(args["plan"], comm=dist.group.WORLD)
+    bound = {}
+    for b in ck.buffers:
+        if not b["aliases"]:
+            bound[(b["group"], b["role"])] = torch.zeros(b["elements"],
+                                                         dtype=getattr(torch, b["dtype"]))
+            ck.bind(b["group"], b["role"], bound[(b["group"], b["role"])])
+    ck.fill(args["seed"])
+    (group, role), victim = next(iter(bound.items()))
+    if rank == 1:
+        victim.untyped_storage().resize_(0)  # as FSDP frees a parameter, on rank 1 alone
+    for what, call in (("save", lambda: ck.save(args["dir"])),
+                       ("save_async", lambda: ck.save_async(args["dir"]).wait()),
+                       ("load", lambda: ck.load(args["dir"]))):
+        try:
+            call()
+        except ValueError as e:
+            expected = "bind it again" if rank == 1 else "rank 1: " + what
+            assert expected in str(e), (what, str(e))
+        else:
+            raise AssertionError(f"{what} passed on rank {rank}")
+    if rank == 1:
+        victim.untyped_storage().resize_(victim.numel() * victim.element_size())
+        ck.bind(group, role, victim)
+    ck.fill(args["seed"])
+    # Live items that only the committing rank (0) checks in full: malformed there alone.
+    bad = [("extra", object())] if rank == 0 else [("extra", torch.zeros(2))]
+    try:
+        ck.save(args["dir"], live_items=bad)
+    except (TypeError, ValueError) as e:
+        assert rank == 0 or "rank 0: save" in str(e), str(e)
+    else:
+        raise AssertionError(f"a save with bad live items passed on rank {rank}")
+    ck.save(args["dir"])
+    ck.fill(args["seed"] + 1)
+    ck.load(args["dir"])
+    ck.check(args["seed"])
+    dist.destroy_process_group()
+
+
 SCENARIOS = {
+    "one-rank-refuses": one_rank_refuses,
     "save-then-reshard": save_then_reshard,
     "pairs": pairs,
     "hsdp": hsdp,

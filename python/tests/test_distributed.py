@@ -53,6 +53,15 @@ def test_two_groups_of_two(tmp_path, plans):
         ck.check(3 + half)
 
 
+def test_a_check_failing_on_one_rank_fails_every_rank(tmp_path, plans):
+    """A bound tensor freed on one rank, live items malformed on another: the save, async
+    save and load raise on both ranks (the other rank names the failing one) instead of one
+    rank waiting in the collective alone; then the checkpointer saves and loads."""
+    run_ranks(2, "one-rank-refuses", {"plan": plans("worked-example", 2),
+                                      "dir": str(tmp_path / "ck"), "seed": 11}, timeout=120)
+    assert fm.verify(tmp_path / "ck")
+
+
 def test_hsdp_replica_groups(tmp_path, plans):
     """An HSDP plan on 4 ranks: the load splits the communicator into
     replica groups (new gloo groups) and shares reads within them."""

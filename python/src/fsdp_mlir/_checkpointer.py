@@ -238,6 +238,24 @@ class Checkpointer:
                 raise ValueError(f"{what}: the tensor bound as group {group} {role} {why} since "
                                  "bind: bind it again")
 
+    def _agreed_checks(self, what, checks):
+        """Runs `checks` on every rank of a collective and agrees on the outcome: when any
+        rank's fail, every rank raises (a failing rank its own error, the others the first
+        failing rank's), so that no rank enters the collective alone and waits for the others
+        forever. Returns what `checks` returned."""
+        try:
+            checked, failure = checks(), None
+        except (ValueError, TypeError) as e:
+            checked, failure = None, e
+        try:
+            self._core.agree("" if failure is None else f"{what}: {type(failure).__name__}: "
+                             f"{failure}")
+        except Exception:
+            if failure is not None:
+                raise failure from None
+            raise
+        return checked
+
     def tensor(self, group, role):
         """A torch tensor over one buffer (1-D, no copy); it keeps the
         memory alive."""
@@ -294,8 +312,8 @@ class Checkpointer:
         model.* keys alone (and the live items): no optimizer state, about a
         third of the bytes with Adam; load it with exclude=["optimizer"]."""
         self._collective("save")
-        self._check_bindings("save")
-        live = _live_items(live_items, self.rank == self.commit_rank)
+        live = self._agreed_checks("save", lambda: (
+            self._check_bindings("save"), _live_items(live_items, self.rank == self.commit_rank))[1])
         self._sync_device()
         bar = _Progress(progress, "save")
         try:
@@ -313,8 +331,9 @@ class Checkpointer:
         for save, are copied too); the writes and the commit run in the
         background. Returns a SaveHandle: wait()."""
         self._collective("save_async")
-        self._check_bindings("save_async")
-        live = _live_items(live_items, self.rank == self.commit_rank)
+        live = self._agreed_checks("save_async", lambda: (
+            self._check_bindings("save_async"),
+            _live_items(live_items, self.rank == self.commit_rank))[1])
         self._sync_device()
         bar = _Progress(progress, "save")
         try:
@@ -346,7 +365,7 @@ class Checkpointer:
         0. Its tensor names are FQNs; key_map renames them: a dict {name:
         fqn or None (left out)}, or a callable name -> fqn or None."""
         self._collective("load")
-        self._check_bindings("load")
+        self._agreed_checks("load", lambda: self._check_bindings("load"))
         if source not in ("dcp", "hf"):
             raise ValueError(f"load: source must be 'dcp' or 'hf', not {source!r}")
         if source == "hf" and (only or exclude):
