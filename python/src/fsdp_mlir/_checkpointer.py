@@ -239,10 +239,10 @@ class Checkpointer:
                                  "bind: bind it again")
 
     def _agreed_checks(self, what, checks):
-        """Runs `checks` on every rank of a collective and agrees on the outcome: when any
-        rank's fail, every rank raises (a failing rank its own error, the others the first
-        failing rank's), so that no rank enters the collective alone and waits for the others
-        forever. Returns what `checks` returned."""
+        """Runs `checks` on every rank of a collective and agrees on the outcome: when they
+        fail on any rank, every rank raises (a failing rank its own error, the others the
+        first failing rank's), so that no rank enters the collective alone and waits for the
+        others forever. Returns what `checks` returned."""
         try:
             checked, failure = checks(), None
         except (ValueError, TypeError) as e:
