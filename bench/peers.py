@@ -13,7 +13,9 @@ Systems (each saves, loads cold and loads warm, round after round, in turn):
                           torch on CPU), framework="fsdp2", its defaults: it saves a model and
                           optimizer, so an FSDP2 module with parameters of our model keys'
                           shapes and Adam's two moments (the same bytes as ours)
-Then the async saves (the stall until the call returns, first and repeated): ours save_async,
+Then the async saves (the stall until the call returns, first and repeated; each system starts
+with every checkpoint file dropped from the page cache, and gives its memory back when it is
+done, before the next one starts): ours save_async,
 dcp.async_save, torch-checkpointing's default (asynchronous) saver with CPU staging,
 ByteCheckpoint's fast_saving=True.
 
@@ -27,6 +29,7 @@ installs ByteCheckpoint beside the venv and names it in FSDP_BYTECHECKPOINT_DIR)
 usage: peers.py PLAN WORKDIR [--threads N] [--rounds N] [--systems a,b,...]
 """
 import argparse
+import gc
 import json
 import os
 import shutil
@@ -275,11 +278,16 @@ def worker(rank, world, port, plan, work, threads, rounds, systems, out):
         except Exception as e:
             errors["torch-checkpointing async"] = f"{type(e).__name__}: {e}"
     if "bytecheckpoint" in made:
-        try:
-            asynchronous["bytecheckpoint"] = ByteCheckpoint(state, mesh, asynchronous=True)
-        except Exception as e:
-            errors["bytecheckpoint async"] = f"{type(e).__name__}: {e}"
-    for name, system in asynchronous.items():
+        # The same model and optimizer, saved with fast_saving: a second copy of them beside
+        # every other system's state would not fit this machine.
+        made["bytecheckpoint"].asynchronous = True
+        asynchronous["bytecheckpoint"] = made["bytecheckpoint"]
+    for name in list(asynchronous):
+        system = asynchronous[name]
+        # Each system's first async save makes its staging memory. It starts from the same
+        # page cache as every other's (every checkpoint file dropped from it), so that none
+        # pays for reclaiming the cache the ones before it filled.
+        drop(work)
         stalls[name] = []
         for i in range(3):
             path = os.path.join(work, f"{name}-async-{i}")
@@ -292,6 +300,11 @@ def worker(rank, world, port, plan, work, threads, rounds, systems, out):
             stalls[name].append(stall)
             if rank == 0:
                 shutil.rmtree(path, ignore_errors=True)
+        # Its staging memory given back before the next system makes its own.
+        for key in [key for key, value in made.items() if value is system]:
+            made[key] = None
+        asynchronous[name] = system = handle = None
+        gc.collect()
     if rank == 0:
         out.update(bytes=int(nbytes.item()), times=times, stalls=stalls, errors=errors)
     dist.destroy_process_group()

@@ -331,6 +331,13 @@ Result<const zip::ByteSource *> CheckpointReader::file(const std::string &name) 
   return slot.get();
 }
 
+bool CheckpointReader::cold(const SavedChunk &chunk) {
+  Result<const zip::ByteSource *> opened = file(chunk.file);
+  return opened && chunk.itemLength && chunk.itemOffset < (*opened)->size() &&
+         (*opened)->cold(chunk.itemOffset,
+                         std::min(chunk.itemLength, (*opened)->size() - chunk.itemOffset));
+}
+
 Status CheckpointReader::checkBounds(const std::string &key, const std::string &name,
                                      uint64_t offset, uint64_t length, uint64_t fileSize) const {
   if (inBounds(offset, length, fileSize))

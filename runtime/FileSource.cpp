@@ -9,6 +9,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 #include <algorithm>
@@ -276,20 +277,64 @@ Status FileSource::readMapped(uint64_t offset, uint64_t count, char *into,
   return Status::success();
 }
 
-bool FileSource::cold(uint64_t offset, uint64_t count) const {
-  // A non-blocking read of a page at the start, middle and end: one the
-  // cache lacks fails with EAGAIN (or is short). A kernel without
-  // RWF_NOWAIT says nothing: the cache is used, as before.
-  char probe[512];
-  for (uint64_t at : {offset, offset + count / 2, offset + count - 1}) {
-    iovec vector{probe, 1};
-    ssize_t got = ::preadv2(fd_, &vector, 1, static_cast<off_t>(at), RWF_NOWAIT);
-    if (got < 0 && errno == EAGAIN)
-      return true;
-    if (got < 0)
-      return false;
+namespace {
+
+/// cachestat(2) (Linux 6.5; Debian 12's headers predate it).
+struct CacheStatRange {
+  uint64_t offset, length;
+};
+struct CacheStat {
+  uint64_t cached, dirty, writeback, evicted, recentlyEvicted;
+};
+constexpr long kCacheStatSyscall = 451; // the same number on every architecture
+
+/// The pages of [offset, offset + count) in `fd`'s page cache, or nullopt
+/// where the kernel cannot say. Neither way reads the file: a probing read
+/// (RWF_NOWAIT) would start readahead of what it probes, and the next probe
+/// would then find the range cached.
+std::optional<uint64_t> cachedPages(int fd, uint64_t offset, uint64_t count, uint64_t page) {
+  CacheStatRange range{offset, count};
+  CacheStat stat{};
+  if (::syscall(kCacheStatSyscall, fd, &range, &stat, 0) == 0)
+    return stat.cached;
+  // Older kernels: mincore over a mapping of the range, a window at a time.
+  constexpr uint64_t kWindow = uint64_t(64) << 20;
+  std::vector<unsigned char> resident(kWindow / page);
+  uint64_t cached = 0;
+  for (uint64_t begin = offset / page * page; begin < offset + count; begin += kWindow) {
+    uint64_t length = std::min(kWindow, offset + count - begin);
+    void *mapped = ::mmap(nullptr, length, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(begin));
+    if (mapped == MAP_FAILED)
+      return std::nullopt;
+    bool known = ::mincore(mapped, length, resident.data()) == 0;
+    ::munmap(mapped, length);
+    if (!known)
+      return std::nullopt;
+    for (uint64_t at = 0; at < (length + page - 1) / page; ++at)
+      cached += resident[at] & 1;
   }
-  return false;
+  return cached;
+}
+
+} // namespace
+
+bool FileSource::cold(uint64_t offset, uint64_t count) const {
+  // Cold when more than an eighth of its pages are missing: a mapping
+  // faults in the odd missing page at little cost, but not most of a range
+  // (measured: 0.5 GB/s a rank against 0.6 for direct reads, cold).
+  static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  // Past the end of a file that shrank nothing is missing: the read says
+  // the file is short, whichever way it reads.
+  struct stat status {};
+  if (::fstat(fd_, &status) == 0) {
+    uint64_t size = status.st_size > 0 ? static_cast<uint64_t>(status.st_size) : 0;
+    count = offset < size ? std::min(count, size - offset) : 0;
+  }
+  if (!count)
+    return false;
+  uint64_t first = offset / page, pages = (offset + count + page - 1) / page - first;
+  std::optional<uint64_t> cached = cachedPages(fd_, first * page, pages * page, page);
+  return cached && (pages - std::min(*cached, pages)) * 8 > pages;
 }
 
 int FileSource::directDescriptor() const {

@@ -92,6 +92,24 @@ public:
     return order;
   }
 
+  /// True when one of the three largest saved chunks the reads need is cold
+  /// (ByteSource::cold): the load then waits on the disk.
+  bool readsCold() {
+    std::vector<const SavedChunk *> chunks;
+    for (const std::vector<SavedChunk> &needed : planned_)
+      for (const SavedChunk &chunk : needed)
+        chunks.push_back(&chunk);
+    size_t probes = std::min<size_t>(chunks.size(), 3);
+    std::partial_sort(chunks.begin(), chunks.begin() + probes, chunks.end(),
+                      [](const SavedChunk *a, const SavedChunk *b) {
+                        return a->itemLength > b->itemLength;
+                      });
+    for (size_t probe = 0; probe < probes; ++probe)
+      if (reader_.cold(*chunks[probe]))
+        return true;
+    return false;
+  }
+
   /// Piece `index` of the plan's reads; `staging` is the calling worker's
   /// host staging.
   Status loadPiece(const plan::ReadItem &read, size_t index, RankBuffers &buffers,

@@ -71,9 +71,10 @@ Result<std::vector<TransferStats>> gatherStats(Communicator &comm, const Transfe
                                                int64_t root) {
   char line[256];
   std::snprintf(line, sizeof(line),
-                "%" PRIu64 " %" PRIu64 " %.9f %.9f %" PRIu64 " %" PRIu64 " %" PRIu64, stats.bytes,
-                stats.items, stats.seconds, stats.stallSeconds, stats.bytesReadStorage,
-                stats.bytesWrittenStorage, stats.bytesFromPeers);
+                "%" PRIu64 " %" PRIu64 " %.9f %.9f %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64,
+                stats.bytes, stats.items, stats.seconds, stats.stallSeconds,
+                stats.bytesReadStorage, stats.bytesWrittenStorage, stats.bytesFromPeers,
+                stats.readers);
   Result<std::vector<std::string>> all = comm.gather(line, root);
   if (!all)
     return all.failure();
@@ -81,9 +82,10 @@ Result<std::vector<TransferStats>> gatherStats(Communicator &comm, const Transfe
   for (const std::string &entry : *all) {
     TransferStats rank;
     if (std::sscanf(entry.c_str(),
-                    "%" SCNu64 " %" SCNu64 " %lf %lf %" SCNu64 " %" SCNu64 " %" SCNu64, &rank.bytes,
-                    &rank.items, &rank.seconds, &rank.stallSeconds, &rank.bytesReadStorage,
-                    &rank.bytesWrittenStorage, &rank.bytesFromPeers) != 7)
+                    "%" SCNu64 " %" SCNu64 " %lf %lf %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64,
+                    &rank.bytes, &rank.items, &rank.seconds, &rank.stallSeconds,
+                    &rank.bytesReadStorage, &rank.bytesWrittenStorage, &rank.bytesFromPeers,
+                    &rank.readers) != 8)
       return makeError("a rank sent unreadable statistics");
     out.push_back(rank);
   }

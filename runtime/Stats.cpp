@@ -11,12 +11,15 @@ std::string statsJson(const std::string &op, const std::vector<TransferStats> &r
   nlohmann::ordered_json list = nlohmann::ordered_json::array();
   for (size_t rank = 0; rank < ranks.size(); ++rank) {
     const TransferStats &stats = ranks[rank];
-    list.push_back({{"rank", rank},
-                    {"seconds", stats.seconds},
-                    {"stall_seconds", stats.stallSeconds},
-                    {"bytes_read_storage", stats.bytesReadStorage},
-                    {"bytes_written_storage", stats.bytesWrittenStorage},
-                    {"bytes_from_peers", stats.bytesFromPeers}});
+    nlohmann::ordered_json entry{{"rank", rank},
+                                 {"seconds", stats.seconds},
+                                 {"stall_seconds", stats.stallSeconds},
+                                 {"bytes_read_storage", stats.bytesReadStorage},
+                                 {"bytes_written_storage", stats.bytesWrittenStorage},
+                                 {"bytes_from_peers", stats.bytesFromPeers}};
+    if (stats.readers)
+      entry["readers"] = stats.readers;
+    list.push_back(std::move(entry));
   }
   json["ranks"] = list;
   return json.dump(1) + "\n";

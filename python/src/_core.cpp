@@ -359,6 +359,8 @@ nb::dict statsDict(const TransferStats &stats, int64_t rank) {
   out["bytes_read_storage"] = stats.bytesReadStorage;
   out["bytes_written_storage"] = stats.bytesWrittenStorage;
   out["bytes_from_peers"] = stats.bytesFromPeers;
+  if (stats.readers)
+    out["readers"] = stats.readers;
   return out;
 }
 

@@ -609,6 +609,7 @@ int run(int argc, char **argv) {
   both.seconds += loaded->stats.seconds;
   both.stallSeconds += loaded->stats.stallSeconds;
   both.bytesReadStorage += loaded->stats.bytesReadStorage;
+  both.readers = loaded->stats.readers;
   if (Status status = reportStats(checkpointer, both, checkpointer.root(), "reshard",
                                   "resharded " + source + " into " + dir, "for", statsPath);
       !status)

@@ -179,6 +179,49 @@ TEST(DirectReads, AWarmRangeIsReadThroughTheCache) {
   (void)createPosixStorage()->removeTree(dir);
 }
 
+/// Reads [offset, offset + count) of `path` through the page cache.
+void readThroughCache(const std::string &path, uint64_t offset, uint64_t count) {
+  std::string bytes(count, '\0');
+  int fd = ::open(path.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::pread(fd, bytes.data(), count, static_cast<off_t>(offset)),
+            static_cast<ssize_t>(count));
+  ::close(fd);
+}
+
+TEST(DirectReads, TheColdProbeCountsCachedPagesAndReadsNothing) {
+  std::string dir = tempDir();
+  ASSERT_FALSE(dir.empty());
+  std::string bytes = pattern(32u << 20, 9);
+  std::string path = coldFile(dir, bytes);
+  auto source = FileSource::open(path);
+  ASSERT_TRUE(source) << source.error();
+  if (!(*source)->cold(0, bytes.size()))
+    GTEST_SKIP() << "this file system keeps evicted files in its cache";
+  // Probing starts no read: a probing read (RWF_NOWAIT) starts readahead of
+  // the pages it probes, and the next probe would find them cached.
+  for (int probe = 0; probe < 3; ++probe)
+    EXPECT_TRUE((*source)->cold(0, bytes.size()));
+  // A sixteenth cached: still cold. All but a thirty-second: warm.
+  readThroughCache(path, 0, 2u << 20);
+  EXPECT_TRUE((*source)->cold(0, bytes.size()));
+  EXPECT_FALSE((*source)->cold(0, 2u << 20));
+  readThroughCache(path, 0, bytes.size());
+  int fd = ::open(path.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::posix_fadvise(fd, 31 << 20, 1 << 20, POSIX_FADV_DONTNEED), 0);
+  EXPECT_FALSE((*source)->cold(0, bytes.size()));
+  EXPECT_TRUE((*source)->cold(31u << 20, 1u << 20));
+  ASSERT_EQ(::posix_fadvise(fd, 24 << 20, 8 << 20, POSIX_FADV_DONTNEED), 0);
+  EXPECT_TRUE((*source)->cold(0, bytes.size()));
+  ::close(fd);
+  // Past the end of a file that shrank nothing is missing.
+  ASSERT_EQ(::truncate(path.c_str(), 16 << 20), 0);
+  EXPECT_FALSE((*source)->cold(0, bytes.size()));
+  EXPECT_FALSE((*source)->cold(20u << 20, 1u << 20));
+  (void)createPosixStorage()->removeTree(dir);
+}
+
 TEST(DirectReads, AFileThatShrinksIsAnErrorAndAConsumerErrorStops) {
   std::string dir = tempDir();
   ASSERT_FALSE(dir.empty());

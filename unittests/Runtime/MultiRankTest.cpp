@@ -9,9 +9,12 @@
 //===----------------------------------------------------------------------===//
 
 #include "MultiRank.h"
+#include "fsdp/Runtime/FileSource.h"
 #include "fsdp/Runtime/Protocol.h"
 
 #include <cstring>
+#include <fcntl.h>
+#include <unistd.h>
 #include <mutex>
 
 using namespace fsdp;
@@ -148,6 +151,61 @@ TEST(MultiRank, SaveVerifyAndReshardBetweenWorldSizes) {
   for (const Status &status : loadOnRanks(planFor(workedExample({2})), work + "/three", 12))
     EXPECT_FALSE(status);
   (void)storage->removeTree(work);
+}
+
+/// Every file of checkpoint `dir` dropped from the page cache (true) or
+/// read through it (false).
+void setCache(const std::string &dir, bool drop) {
+  for (const std::string &name : {"__0_0.distcp", "__1_0.distcp", ".metadata", ".fsdp-chunks"}) {
+    int fd = ::open((dir + "/" + name).c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0) << name;
+    if (drop) {
+      ::fsync(fd);
+      ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    } else {
+      char block[1 << 16];
+      while (::read(fd, block, sizeof(block)) > 0) {
+      }
+    }
+    ::close(fd);
+  }
+}
+
+TEST(MultiRank, ColdLoadsReadOnMoreStreamsThanThreadsWarmOnesOnTheThreadsAsked) {
+  std::string work = tempDir();
+  ASSERT_FALSE(work.empty());
+  plan::PlanFile two = planFor(workedExample({2}));
+  expectAllOk(saveOnRanks(two, work + "/ckpt", 5));
+  setCache(work + "/ckpt", true);
+  {
+    auto probe = FileSource::open(work + "/ckpt/__0_0.distcp");
+    ASSERT_TRUE(probe) << probe.error();
+    if (!(*probe)->cold(0, (*probe)->size()))
+      GTEST_SKIP() << "this file system keeps evicted files in its cache";
+  }
+  for (bool cold : {true, false}) {
+    setCache(work + "/ckpt", cold);
+    PerRank<Status> loaded(2);
+    PerRank<uint64_t> readers(2);
+    onRanks(2, [&](int64_t rank, std::unique_ptr<Communicator> comm) {
+      Result<std::unique_ptr<Checkpointer>> opened =
+          openAndAllocate(two, std::move(comm), nullptr, {});
+      Status status = opened ? Status::success() : Status(opened.failure());
+      if (status) {
+        LoadOptions options;
+        options.threads = 1;
+        Result<LoadResult> load = (*opened)->load(work + "/ckpt", options);
+        status = load ? (*opened)->check(5) : Status(load.failure());
+        if (load)
+          readers.values[rank] = load->stats.readers;
+      }
+      loaded.values[rank] = status;
+    });
+    expectAllOk(loaded.values);
+    for (uint64_t count : readers.values)
+      EXPECT_EQ(count, cold ? 4u : 1u) << (cold ? "cold" : "warm");
+  }
+  (void)createPosixStorage()->removeTree(work);
 }
 
 TEST(MultiRank, OneRankFailingFailsEveryRankAndCommitsNothing) {

@@ -97,6 +97,13 @@ public:
     (void)offset;
     (void)count;
   }
+  /// True when reading [offset, offset + count) would wait on a device: a
+  /// file whose page cache lacks some of it. Sources in memory never are.
+  virtual bool cold(uint64_t offset, uint64_t count) const {
+    (void)offset;
+    (void)count;
+    return false;
+  }
   /// Called with each block of a streamed read, in order: its position
   /// from the start of the read, its bytes (valid during the call), its size.
   using BlockConsumer = std::function<Status(uint64_t at, const char *bytes, size_t size)>;

@@ -68,10 +68,14 @@ struct TransferStats {
   uint64_t bytesWrittenStorage = 0;
   /// What reached this rank from other ranks instead of storage.
   uint64_t bytesFromPeers = 0;
+  /// The threads a load read on (0 for other operations): the threads
+  /// asked for, or more for a cold load (Load.cpp, kColdReadStreams).
+  uint64_t readers = 0;
 };
 
 /// `{"op": OP, "ranks": [{"rank", "seconds", "stall_seconds",
-/// "bytes_read_storage", "bytes_written_storage", "bytes_from_peers"}, ...]}`
+/// "bytes_read_storage", "bytes_written_storage", "bytes_from_peers"} and,
+/// for a load, "readers", ...]}`
 /// for every rank's statistics, in rank order: what --stats-json writes.
 std::string statsJson(const std::string &op, const std::vector<TransferStats> &ranks);
 

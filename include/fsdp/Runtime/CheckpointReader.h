@@ -145,6 +145,11 @@ public:
   const dcp::StorageInfo *storageOf(const std::string &key,
                                     const std::optional<dcp::Dims> &offsets) const;
 
+  /// True when reading `chunk`'s item would wait on the device (its file's
+  /// page cache lacks some of it); false for a file that does not open (the
+  /// read reports that).
+  bool cold(const SavedChunk &chunk);
+
   /// The item of `chunk` of tensor `key`, opened (once) and checked against
   /// what the checkpoint says of that key: dtype, chunk shape, storage size.
   Result<TensorItem *> tensorItem(const std::string &key, const SavedChunk &chunk);

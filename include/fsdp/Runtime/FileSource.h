@@ -29,6 +29,8 @@ public:
   /// is an error in every case.
   Status readBlocks(uint64_t offset, uint64_t count, char *into,
                     const BlockConsumer &consume) const override;
+  /// A probe of a page at the start, middle and end of the range.
+  bool cold(uint64_t offset, uint64_t count) const override;
   const std::string &path() const { return path_; }
   /// Bytes this source has read with direct I/O so far.
   uint64_t directBytes() const { return directBytes_; }
@@ -38,8 +40,6 @@ public:
 private:
   FileSource(std::string path, int fd, uint64_t size)
       : path_(std::move(path)), fd_(fd), size_(size) {}
-  /// True when the page cache lacks some of [offset, offset + count).
-  bool cold(uint64_t offset, uint64_t count) const;
   /// The file reopened for direct I/O; -1 where that cannot be.
   int directDescriptor() const;
   Status readDirect(int fd, uint64_t offset, uint64_t count, char *into,
