@@ -179,6 +179,8 @@ TEST(DirectReads, AWarmRangeIsReadThroughTheCache) {
   (void)createPosixStorage()->removeTree(dir);
 }
 
+Status acceptAll(uint64_t, const char *, size_t) { return Status::success(); }
+
 /// Reads [offset, offset + count) of `path` through the page cache.
 void readThroughCache(const std::string &path, uint64_t offset, uint64_t count) {
   std::string bytes(count, '\0');
@@ -219,6 +221,35 @@ TEST(DirectReads, TheColdProbeCountsCachedPagesAndReadsNothing) {
   ASSERT_EQ(::truncate(path.c_str(), 16 << 20), 0);
   EXPECT_FALSE((*source)->cold(0, bytes.size()));
   EXPECT_FALSE((*source)->cold(20u << 20, 1u << 20));
+  (void)createPosixStorage()->removeTree(dir);
+}
+
+TEST(DirectReads, APartlyCachedRangeIsReadThroughTheCache) {
+  std::string dir = tempDir();
+  ASSERT_FALSE(dir.empty());
+  std::string bytes = pattern(32u << 20, 10);
+  std::string path = coldFile(dir, bytes);
+  auto source = FileSource::open(path);
+  ASSERT_TRUE(source) << source.error();
+  if (!(*source)->cold(0, bytes.size()))
+    GTEST_SKIP() << "this file system keeps evicted files in its cache";
+  // Half of it cached: direct reads would fetch twice what is missing.
+  readThroughCache(path, 0, 16u << 20);
+  int fd = ::open(path.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::posix_fadvise(fd, 16 << 20, 16 << 20, POSIX_FADV_DONTNEED), 0);
+  ::close(fd);
+  double missing = (*source)->missingShare(0, bytes.size());
+  EXPECT_GT(missing, 0.25);
+  EXPECT_LT(missing, 0.75);
+  std::string destination(bytes.size(), '\0');
+  ASSERT_TRUE((*source)->readBlocks(0, bytes.size(), destination.data(), acceptAll));
+  EXPECT_TRUE(destination == bytes);
+  EXPECT_EQ((*source)->directBytes(), 0u);
+  EXPECT_EQ((*source)->mappedBytes(), 0u);
+  // All of it cached now: copied out of a mapping.
+  ASSERT_TRUE((*source)->readBlocks(0, bytes.size(), destination.data(), acceptAll));
+  EXPECT_EQ((*source)->mappedBytes(), bytes.size());
   (void)createPosixStorage()->removeTree(dir);
 }
 
@@ -264,7 +295,6 @@ std::string warmFile(const std::string &dir, const std::string &bytes) {
   return path;
 }
 
-Status acceptAll(uint64_t, const char *, size_t) { return Status::success(); }
 
 TEST(MappedReads, AWarmRangeIsCopiedOutOfAMappingInOrder) {
   std::string dir = tempDir();

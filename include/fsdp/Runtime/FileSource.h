@@ -21,16 +21,20 @@ public:
   Status read(uint64_t offset, void *out, size_t count) const override;
   /// posix_fadvise(WILLNEED): the kernel queues the reads and returns.
   void prefetch(uint64_t offset, uint64_t count) const override;
-  /// A large range the page cache does not hold is read with direct I/O,
+  /// A large range the page cache mostly lacks is read with direct I/O,
   /// a deep queue of aligned blocks in flight (what the device needs to
   /// reach its rate); a cached one (into a destination, 1 MiB or more) is
   /// copied out of a mapping of the file, faster than the kernel's copy; the
-  /// rest through the cache, as the base does. A file that shrinks meanwhile
-  /// is an error in every case.
+  /// rest (partly cached ones too) through the cache, as the base does. A
+  /// file that shrinks meanwhile is an error in every case.
   Status readBlocks(uint64_t offset, uint64_t count, char *into,
                     const BlockConsumer &consume) const override;
-  /// A probe of a page at the start, middle and end of the range.
+  /// More than an eighth of the range's pages missing from the cache.
   bool cold(uint64_t offset, uint64_t count) const override;
+  /// The share of the range's pages the page cache lacks, counted without
+  /// reading (0 where the kernel cannot say; pages past the end of the
+  /// file do not count).
+  double missingShare(uint64_t offset, uint64_t count) const;
   const std::string &path() const { return path_; }
   /// Bytes this source has read with direct I/O so far.
   uint64_t directBytes() const { return directBytes_; }
