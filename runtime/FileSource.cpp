@@ -305,7 +305,9 @@ std::optional<uint64_t> cachedPages(int fd, uint64_t offset, uint64_t count, uin
   CacheStat stat{};
   if (::syscall(kCacheStatSyscall, fd, &range, &stat, 0) == 0)
     return stat.cached;
-  // Older kernels: mincore over a mapping of the range, a window at a time.
+  // Older kernels: mincore over a mapping of the range, a window at a time
+  // (for a file the caller may not write it says every page is resident:
+  // the range is then taken for warm, as before there was a probe).
   constexpr uint64_t kWindow = uint64_t(64) << 20;
   std::vector<unsigned char> resident(kWindow / page);
   uint64_t cached = 0;

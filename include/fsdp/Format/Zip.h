@@ -98,7 +98,7 @@ public:
     (void)count;
   }
   /// True when reading [offset, offset + count) would wait on a device: a
-  /// file whose page cache lacks some of it. Sources in memory never are.
+  /// file whose page cache lacks much of it. Sources in memory never are.
   virtual bool cold(uint64_t offset, uint64_t count) const {
     (void)offset;
     (void)count;
