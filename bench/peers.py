@@ -23,8 +23,9 @@ The peers hold every key of our checkpoint as a Shard(0) DTensor of the same sha
 the same bytes. Cold: every file of the checkpoint fsynced and dropped from the page cache
 (posix_fadvise DONTNEED) before the load; warm: every other file of the bench dropped from
 the page cache and every file of the checkpoint read through it before the load. Prints one
-JSON line per figure (median over the rounds, with min and max) and a summary. Run with a Python that has torch and fsdp_mlir (bench/run peers does; it
-installs ByteCheckpoint beside the venv and names it in FSDP_BYTECHECKPOINT_DIR).
+JSON line per figure (median over the rounds, with min and max) and a summary. Run with a
+Python that has torch and fsdp_mlir (bench/run peers does; it installs ByteCheckpoint beside
+the venv and names it in FSDP_BYTECHECKPOINT_DIR).
 
 usage: peers.py PLAN WORKDIR [--threads N] [--rounds N] [--systems a,b,...]
 """
