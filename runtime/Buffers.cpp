@@ -1,8 +1,10 @@
 //===- Buffers.cpp - A rank's packed buffers ------------------------------===//
 #include "fsdp/Runtime/Buffers.h"
 
+#include "ModelWeightRefresh.h"
 #include "Parallel.h"
 #include "fsdp/Format/DcpMetadata.h"
+#include "fsdp/Runtime/Cast.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -93,19 +95,13 @@ Result<BufferView> RankBuffers::get(int32_t group, plan::BufferRole role) const 
   return found->second;
 }
 
-Status refreshModelWeights(const plan::RankPlan &plan, RankBuffers &buffers, int32_t onlyGroup,
-                           unsigned threads) {
-  struct Cast {
-    int32_t group;
-    BufferView main, model;
-    uint64_t first, elements;
-  };
-  // Host casts go in pieces that the workers share (a load's last step: one
-  // thread casting every group ran about 60 ms of a 0.7 s warm load); a
-  // device casts each buffer in one call on its own streams.
-  bool host = buffers.backend().kind() == MemoryKind::Host;
-  constexpr uint64_t kPieceElements = uint64_t(4) << 20;
-  std::vector<Cast> casts;
+namespace {
+
+/// Every such group of `plan`, or group `onlyGroup` alone when it is not
+/// negative.
+Result<std::vector<ModelWeightCast>> castGroups(const plan::RankPlan &plan, const RankBuffers &buffers,
+                                          int32_t onlyGroup) {
+  std::vector<ModelWeightCast> groups;
   for (const plan::LocalBuffer &buffer : plan.buffers) {
     if (buffer.role != plan::BufferRole::ModelWeight || buffer.aliasesMainWeight)
       continue;
@@ -117,24 +113,166 @@ Status refreshModelWeights(const plan::RankPlan &plan, RankBuffers &buffers, int
     Result<BufferView> model = buffers.get(buffer.group, plan::BufferRole::ModelWeight);
     if (!model)
       return model.failure();
-    uint64_t elements = static_cast<uint64_t>(std::min(main->elements, model->elements));
-    uint64_t piece = host ? kPieceElements : std::max<uint64_t>(elements, 1);
-    for (uint64_t first = 0; first < elements; first += piece)
-      casts.push_back({buffer.group, *main, *model, first, std::min(piece, elements - first)});
+    groups.push_back({buffer.group, *main, *model,
+                      static_cast<uint64_t>(std::min(main->elements, model->elements))});
   }
-  return forEachItem(casts.size(), host ? threads : 1, [&](size_t index, unsigned) -> Status {
-    const Cast &cast = casts[index];
+  return groups;
+}
+
+/// Elements [first, end) of a group's main weight cast into its model weight.
+struct CastRange {
+  const ModelWeightCast *group;
+  uint64_t first, end;
+};
+
+/// Casts `ranges` on the buffers' own backend (a device casts in device
+/// memory). Host casts go in pieces that the workers share (a load's last
+/// step: one thread casting every group ran about 60 ms of a 0.7 s warm
+/// load); a device casts each range in one call on its own streams.
+Status castRanges(RankBuffers &buffers, const std::vector<CastRange> &ranges, unsigned threads) {
+  bool host = buffers.backend().kind() == MemoryKind::Host;
+  constexpr uint64_t kPieceElements = uint64_t(4) << 20;
+  std::vector<CastRange> pieces;
+  for (const CastRange &range : ranges) {
+    uint64_t piece = host ? kPieceElements : std::max<uint64_t>(range.end - range.first, 1);
+    for (uint64_t first = range.first; first < range.end; first += piece)
+      pieces.push_back({range.group, first, std::min(first + piece, range.end)});
+  }
+  return forEachItem(pieces.size(), host ? threads : 1, [&](size_t index, unsigned) -> Status {
+    const CastRange &piece = pieces[index];
     auto at = [&](const BufferView &view) {
-      return static_cast<char *>(view.data) + cast.first * dcp::dtypeInfo(view.dtype).elementSize;
+      return static_cast<char *>(view.data) + piece.first * dcp::dtypeInfo(view.dtype).elementSize;
     };
-    // On the buffers' own backend: a device casts in device memory.
-    if (Status status = buffers.backend().cast(cast.main.dtype, at(cast.main), cast.model.dtype,
-                                               at(cast.model), cast.elements);
+    if (Status status =
+            buffers.backend().cast(piece.group->main.dtype, at(piece.group->main),
+                                   piece.group->model.dtype, at(piece.group->model),
+                                   piece.end - piece.first);
         !status)
-      return propagate(status, "refreshing model_weight of group " + std::to_string(cast.group) +
-                                   ": " + status.error());
+      return propagate(status, "refreshing model_weight of group " +
+                                   std::to_string(piece.group->group) + ": " + status.error());
     return Status::success();
   });
+}
+
+} // namespace
+
+Status refreshModelWeights(const plan::RankPlan &plan, RankBuffers &buffers, int32_t onlyGroup,
+                           unsigned threads) {
+  Result<std::vector<ModelWeightCast>> groups = castGroups(plan, buffers, onlyGroup);
+  if (!groups)
+    return groups.failure();
+  std::vector<CastRange> ranges;
+  for (const ModelWeightCast &group : *groups)
+    ranges.push_back({&group, 0, group.elements});
+  return castRanges(buffers, ranges, threads);
+}
+
+Status checkModelWeights(const plan::RankPlan &plan, const RankBuffers &buffers) {
+  Result<std::vector<ModelWeightCast>> groups = castGroups(plan, buffers, -1);
+  if (!groups)
+    return groups.failure();
+  // Piece by piece through host memory, on any backend.
+  constexpr uint64_t kPieceElements = uint64_t(1) << 20;
+  for (const ModelWeightCast &group : *groups) {
+    uint64_t mainSize = dcp::dtypeInfo(group.main.dtype).elementSize;
+    uint64_t modelSize = dcp::dtypeInfo(group.model.dtype).elementSize;
+    std::string main, expected, actual;
+    for (uint64_t first = 0; first < group.elements; first += kPieceElements) {
+      uint64_t count = std::min(kPieceElements, group.elements - first);
+      main.resize(count * mainSize);
+      expected.resize(count * modelSize);
+      actual.resize(count * modelSize);
+      if (Status status = group.main.copyOut(first * mainSize, main.size(), main.data()); !status)
+        return status;
+      if (Status status = group.model.copyOut(first * modelSize, actual.size(), actual.data());
+          !status)
+        return status;
+      if (Status status = castElements(group.main.dtype, main.data(), group.model.dtype,
+                                       expected.data(), count);
+          !status)
+        return status;
+      if (expected != actual) {
+        uint64_t at = 0;
+        while (std::memcmp(expected.data() + at * modelSize, actual.data() + at * modelSize,
+                           modelSize) == 0)
+          ++at;
+        return makeError("group " + std::to_string(group.group) + " model_weight element " +
+                         std::to_string(first + at) + " is not its main_weight cast to " +
+                         dcp::dtypeInfo(group.model.dtype).name);
+      }
+    }
+  }
+  return Status::success();
+}
+
+ModelWeightRefresh::ModelWeightRefresh(const plan::RankPlan &plan, RankBuffers &buffers)
+    : buffers_(buffers) {
+  Result<std::vector<ModelWeightCast>> groups = castGroups(plan, buffers, -1);
+  if (!groups) {
+    found_ = groups.failure();
+    return;
+  }
+  bool host = buffers.backend().kind() == MemoryKind::Host;
+  for (const ModelWeightCast &cast : *groups) {
+    // A cast of no elements fails only for dtypes it cannot cast: those are
+    // left to finish(), which says so.
+    bool castable = castElements(cast.main.dtype, nullptr, cast.model.dtype, nullptr, 0).ok();
+    groups_.push_back({cast, host && castable, {}});
+  }
+}
+
+ModelWeightRefresh::Group *ModelWeightRefresh::find(int32_t group) {
+  for (Group &candidate : groups_)
+    if (candidate.cast.group == group)
+      return &candidate;
+  return nullptr;
+}
+
+bool ModelWeightRefresh::castsAsLanded(int32_t group) {
+  Group *found = find(group);
+  return found && found->castsAsLanded;
+}
+
+void ModelWeightRefresh::landed(int32_t group, const char *at, uint64_t bytes) {
+  Group *found = find(group);
+  if (!found || !found->castsAsLanded)
+    return;
+  const ModelWeightCast &cast = found->cast;
+  const char *base = static_cast<const char *>(cast.main.data);
+  if (at < base || bytes > cast.main.bytes || uint64_t(at - base) > cast.main.bytes - bytes)
+    return; // not this buffer's bytes: finish() casts them
+  uint64_t mainSize = dcp::dtypeInfo(cast.main.dtype).elementSize;
+  uint64_t modelSize = dcp::dtypeInfo(cast.model.dtype).elementSize;
+  uint64_t offset = static_cast<uint64_t>(at - base);
+  // The whole elements among the bytes; a cut one is left to finish().
+  uint64_t first = (offset + mainSize - 1) / mainSize;
+  uint64_t end = std::min((offset + bytes) / mainSize, cast.elements);
+  if (first >= end)
+    return;
+  if (!castElements(cast.main.dtype, base + first * mainSize, cast.model.dtype,
+                    static_cast<char *>(cast.model.data) + first * modelSize, end - first))
+    return; // not recorded: finish() casts it again and reports the error
+  std::lock_guard<std::mutex> lock(mutex_);
+  found->landed.emplace_back(first, end);
+}
+
+Status ModelWeightRefresh::finish(unsigned threads) {
+  if (!found_)
+    return found_;
+  std::vector<CastRange> ranges;
+  for (Group &group : groups_) {
+    std::vector<std::pair<uint64_t, uint64_t>> &landed = group.landed;
+    std::sort(landed.begin(), landed.end());
+    uint64_t next = 0; // the first element not known to be cast
+    for (const auto &[first, end] : landed) {
+      if (first > next)
+        ranges.push_back({&group.cast, next, first});
+      next = std::max(next, end);
+    }
+    if (next < group.cast.elements)
+      ranges.push_back({&group.cast, next, group.cast.elements});
+  }
+  return castRanges(buffers_, ranges, threads);
 }
 
 } // namespace runtime

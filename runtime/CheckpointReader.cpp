@@ -482,22 +482,27 @@ Status CheckpointReader::readStorageRange(const TensorItem &item, uint64_t offse
   return item.file->read(item.dataOffset + offset, destination, count);
 }
 
-Status CheckpointReader::readStorage(TensorItem &item, char *destination) {
+Status CheckpointReader::readStorage(TensorItem &item, char *destination,
+                                     const Landed *landed) {
   uint64_t dataBytes = item.record.storageBytes();
   if (!needsCheck(item)) {
     bytesRead_ += dataBytes;
-    return item.file->read(item.dataOffset, destination, dataBytes);
+    Status status = item.file->read(item.dataOffset, destination, dataBytes);
+    if (status && landed)
+      (*landed)(destination, dataBytes);
+    return status;
   }
-  return readAndCheck(item, destination);
+  return readAndCheck(item, destination, landed);
 }
 
 Status CheckpointReader::checkItem(TensorItem &item) {
   if (!needsCheck(item))
     return Status::success();
-  return readAndCheck(item, nullptr);
+  return readAndCheck(item, nullptr, nullptr);
 }
 
-Status CheckpointReader::readAndCheck(TensorItem &item, char *destination) {
+Status CheckpointReader::readAndCheck(TensorItem &item, char *destination,
+                                      const Landed *landed) {
   uint64_t dataBytes = item.record.storageBytes();
   // Counted as read whatever follows: the bytes were asked of storage.
   bytesRead_ += item.xxh3 ? item.itemLength : dataBytes;
@@ -520,11 +525,13 @@ Status CheckpointReader::readAndCheck(TensorItem &item, char *destination) {
   hash.update(before.data(), before.size());
   if (Status status = item.file->readBlocks(
           item.dataOffset, dataBytes, destination,
-          [&](uint64_t, const char *block, size_t size) {
+          [&](uint64_t at, const char *block, size_t size) {
             if (item.xxh3)
               hash.update(block, size);
             else
               crc = zip::crc32(block, size, crc);
+            if (landed && destination)
+              (*landed)(destination + at, size);
             return Status::success();
           });
       !status)

@@ -361,10 +361,12 @@ Status Checkpointer::refreshModelWeights(int32_t group) {
   return runtime::refreshModelWeights(plan_, **held, group);
 }
 
-Status Checkpointer::check(uint32_t seed, const KeySelection &keys) {
+Status Checkpointer::check(uint32_t seed, const KeySelection &keys, bool modelWeights) {
   waitForPendingSave();
   Result<RankBuffers *> held = buffers();
   Status checked = held ? checkAgainstSeed(plan_, **held, seed, keys) : Status(held.failure());
+  if (checked && modelWeights)
+    checked = checkModelWeights(plan_, **held);
   return agree(*comm_, checked, root());
 }
 

@@ -1,5 +1,6 @@
 //===- Load.cpp - Load any DCP checkpoint into a plan's layout ------------===//
 #include "Loader.h"
+#include "ModelWeightRefresh.h"
 #include "Parallel.h"
 #include "RuntimeSupport.h"
 #include "fsdp/Layout/Overlap.h"
@@ -196,6 +197,7 @@ Result<LoadResult> loadCheckpoint(const plan::RankPlan &plan, RankBuffers &buffe
   // once every rank has loaded its pieces, hands the list to all.
   std::string listed;
   unsigned readers = 0;
+  std::optional<ModelWeightRefresh> refresh;
   try {
     // Pieces are independent (each fills its own part of a buffer): worker
     // threads take them one by one; the first step found in plan order wins.
@@ -225,6 +227,8 @@ Result<LoadResult> loadCheckpoint(const plan::RankPlan &plan, RankBuffers &buffe
       if (owners.empty() || owners[position] == member)
         total += pieceBytes(plan.reads[order[position]]);
     ProgressReporter progress(options.progress, total);
+    if (status && options.syncModelWeights)
+      refresh.emplace(plan, buffers);
     if (status)
       status = forEachItem(order.size(), threads, [&](size_t position, unsigned worker) {
         size_t index = order[position];
@@ -232,7 +236,16 @@ Result<LoadResult> loadCheckpoint(const plan::RankPlan &plan, RankBuffers &buffe
         if (read.source == plan::ItemSource::Buffer) {
           if (!owners.empty() && owners[position] != member)
             return Status::success(); // another member of the replica group reads it
-          if (Status piece = loader->loadPiece(read, index, buffers, staging[worker]); !piece)
+          // A main weight's bytes are cast into its model weight as they land.
+          CheckpointReader::Landed landed;
+          if (refresh && read.buffer.role == plan::BufferRole::MainWeight &&
+              refresh->castsAsLanded(read.buffer.group))
+            landed = [&](const char *at, uint64_t bytes) {
+              refresh->landed(read.buffer.group, at, bytes);
+            };
+          if (Status piece = loader->loadPiece(read, index, buffers, staging[worker],
+                                               landed ? &landed : nullptr);
+              !piece)
             return piece;
         } else if (read.source == plan::ItemSource::Step) {
           Result<float> step = loader->loadStep(read, index);
@@ -292,9 +305,9 @@ Result<LoadResult> loadCheckpoint(const plan::RankPlan &plan, RankBuffers &buffe
           fromPeers += pieceBytes(plan.reads[order[position]]);
     }
   }
-  if (status && options.syncModelWeights)
-    status = refreshModelWeights(plan, buffers, -1,
-                                 options.threads ? options.threads : defaultThreads());
+  // What did not land in this rank's reads (a replica peer's pieces, say).
+  if (status && refresh)
+    status = refresh->finish(options.threads ? options.threads : defaultThreads());
   if (Status agreed = agree(comm, status, options.root); !agreed)
     return propagate(agreed,
                      "load from " + printable(trimSlashes(dir)) + " failed: " + agreed.error());

@@ -111,9 +111,10 @@ public:
   }
 
   /// Piece `index` of the plan's reads; `staging` is the calling worker's
-  /// host staging.
+  /// host staging. `landed`, when given, hears of the piece's bytes as they
+  /// land in a buffer the host can touch.
   Status loadPiece(const plan::ReadItem &read, size_t index, RankBuffers &buffers,
-                   std::string &staging) {
+                   std::string &staging, const CheckpointReader::Landed *landed = nullptr) {
     const std::string &dir = reader_.dir();
     std::optional<KeyInfo> saved = reader_.keyInfo(read.key);
     if (!saved)
@@ -139,7 +140,7 @@ public:
     layout::Box target{read.chunkOffsets, read.chunkSizes};
     if (view->backend->hostAccessible()) {
       if (Status status = loadBox(read.key, chunks, target, elementSize,
-                                  static_cast<char *>(view->data) + pieceOffset);
+                                  static_cast<char *>(view->data) + pieceOffset, landed);
           !status)
         return status;
     } else {
@@ -174,9 +175,10 @@ public:
   /// The saved chunks of `key` overlapping `target` (a box of the tensor;
   /// `chunks` holds every saved chunk that may) into host memory at `base`,
   /// laid out as the box: every element covered, chunks that overlap each
-  /// other agreeing.
+  /// other agreeing; `landed` as for loadPiece.
   Status loadBox(const std::string &key, const std::vector<SavedChunk> &chunks,
-                 const layout::Box &target, uint64_t elementSize, char *base) {
+                 const layout::Box &target, uint64_t elementSize, char *base,
+                 const CheckpointReader::Landed *landed = nullptr) {
     const std::string &dir = reader_.dir();
     std::vector<Overlap> overlaps;
     for (const SavedChunk &chunk : chunks) {
@@ -205,7 +207,8 @@ public:
                   compareOverlap(**item, overlap, *earlier, *both, target, elementSize, base, key);
               !status)
             return status;
-      if (Status status = copyOverlap(**item, overlap.source, target, elementSize, base); !status)
+      if (Status status = copyOverlap(**item, overlap.source, target, elementSize, base, landed);
+          !status)
         return propagate(status, key + ": " + status.error());
       active.push_back(&overlap);
       covered.push_back(overlap.overlap);
@@ -365,18 +368,25 @@ private:
     return Status::success();
   }
 
-  /// Copies source ∩ target into the target box at `base`.
+  /// Copies source ∩ target into the target box at `base`; `landed` hears
+  /// of the bytes copied.
   Status copyOverlap(TensorItem &item, const layout::Box &source, const layout::Box &target,
-                     uint64_t elementSize, char *base) {
+                     uint64_t elementSize, char *base,
+                     const CheckpointReader::Landed *landed = nullptr) {
     std::vector<layout::CopyRun> runs;
     layout::overlapRuns(source, target, runs);
+    auto tell = [&] {
+      if (landed)
+        for (const layout::CopyRun &run : runs)
+          (*landed)(base + run.dstElementOffset * elementSize, run.count * elementSize);
+    };
     // The whole saved chunk lands contiguously in the piece (a load into the
     // layout it was saved from): one read straight into the buffer, checked
     // there.
     if (item.contiguous && item.record.storageOffset == 0 && runs.size() == 1 &&
         runs[0].srcElementOffset == 0 &&
         static_cast<uint64_t>(runs[0].count) == item.record.storageElements)
-      return reader_.readStorage(item, base + runs[0].dstElementOffset * elementSize);
+      return reader_.readStorage(item, base + runs[0].dstElementOffset * elementSize, landed);
     // A large item only partly needed is checked block by block first (its
     // bytes not kept), then only the needed ranges are read: memory stays
     // bounded whatever the item's size. A small one is read whole, once.
@@ -391,6 +401,7 @@ private:
                 run.count * elementSize, base + run.dstElementOffset * elementSize);
             !status)
           return status;
+      tell();
       return Status::success();
     }
     // Read (and check) the storage once; serve the runs from memory, in C
@@ -411,6 +422,7 @@ private:
     for (const layout::CopyRun &run : runs)
       std::memcpy(base + run.dstElementOffset * elementSize,
                   elements + run.srcElementOffset * elementSize, run.count * elementSize);
+    tell();
     return Status::success();
   }
 

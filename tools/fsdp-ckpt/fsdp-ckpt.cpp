@@ -575,7 +575,9 @@ int run(int argc, char **argv) {
     if (fromHf)
       checked.only = {"model"};
     if (seed >= 0)
-      if (Status status = checkpointer.check(static_cast<uint32_t>(seed), checked); !status)
+      if (Status status = checkpointer.check(static_cast<uint32_t>(seed), checked,
+                                             loadOptions.syncModelWeights);
+          !status)
         return fail(&checkpointer, command, propagate(status, "check failed: " + status.error()));
     // A load's statistics are rank 0's to report.
     std::string checkedText = seed < 0           ? ""

@@ -111,7 +111,8 @@ inline std::vector<Status> loadOnRanks(const plan::PlanFile &plan, const std::st
     Status status = opened ? Status::success() : Status(opened.failure());
     if (status) {
       Result<LoadResult> loaded = (*opened)->load(dir);
-      status = loaded ? (*opened)->check(seed) : Status(loaded.failure());
+      // The values loaded, and the model weights refreshed from them.
+      status = loaded ? (*opened)->check(seed, {}, true) : Status(loaded.failure());
     }
     statuses.values[rank] = status;
   });

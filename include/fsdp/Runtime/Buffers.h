@@ -67,6 +67,10 @@ private:
 /// Host buffers are cast by `threads` workers in pieces.
 Status refreshModelWeights(const plan::RankPlan &plan, RankBuffers &buffers,
                            int32_t onlyGroup = -1, unsigned threads = 1);
+/// Checks that every model_weight of its own holds its main weight cast, as
+/// refreshModelWeights leaves it; the error names the group and the first
+/// element that differs.
+Status checkModelWeights(const plan::RankPlan &plan, const RankBuffers &buffers);
 
 } // namespace runtime
 } // namespace fsdp

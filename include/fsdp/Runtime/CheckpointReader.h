@@ -158,9 +158,13 @@ public:
   /// True while an item's bytes are still to be checked: reads of parts of
   /// it must go through readStorage first.
   bool needsCheck(const TensorItem &item) const { return options_.verifyItems && !item.verified; }
+  /// Told of bytes of a destination that hold what they will keep (read,
+  /// and checked as far as the check has got): where they are, how many.
+  using Landed = std::function<void(const char *at, uint64_t bytes)>;
   /// The item's whole storage into `destination` (storageBytes() bytes),
-  /// checking the item the first time.
-  Status readStorage(TensorItem &item, char *destination);
+  /// checking the item the first time; `landed`, when given, hears of each
+  /// block as it lands, while it is still in cache.
+  Status readStorage(TensorItem &item, char *destination, const Landed *landed = nullptr);
   /// Checks the item without keeping its bytes (one block of memory),
   /// unless it is checked already.
   Status checkItem(TensorItem &item);
@@ -204,8 +208,9 @@ private:
   Status checkBounds(const std::string &key, const std::string &name, uint64_t offset,
                      uint64_t length, uint64_t fileSize) const;
   /// Reads the whole item block by block and checks it, marking it
-  /// checked; its storage lands at `destination` when that is set.
-  Status readAndCheck(TensorItem &item, char *destination);
+  /// checked; its storage lands at `destination` when that is set, and
+  /// `landed` hears of each block there.
+  Status readAndCheck(TensorItem &item, char *destination, const Landed *landed);
   Status checkItemAgainstKey(const TensorItem &item, const std::string &key,
                              const dcp::Dims &sizes) const;
   /// Where bytes item `key` lies.

@@ -146,9 +146,10 @@ public:
   Result<const std::vector<std::string> *> plannedKeys();
   /// The deterministic test values (docs/TestValues.md).
   Status fill(uint32_t seed);
-  /// Every rank checks its pieces (of the keys selected); one rank's
-  /// mismatch fails every rank.
-  Status check(uint32_t seed, const KeySelection &keys = {});
+  /// Every rank checks its pieces (of the keys selected), and with
+  /// `modelWeights` that every model_weight of its own is its main weight
+  /// cast (checkModelWeights); one rank's mismatch fails every rank.
+  Status check(uint32_t seed, const KeySelection &keys = {}, bool modelWeights = false);
   /// model_weight = main_weight cast to model_weight's dtype, as a load
   /// with syncModelWeights does: in every group with a model_weight of its
   /// own, or in `group` alone (not negative). This rank only; not
