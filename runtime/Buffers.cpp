@@ -99,8 +99,8 @@ namespace {
 
 /// Every such group of `plan`, or group `onlyGroup` alone when it is not
 /// negative.
-Result<std::vector<ModelWeightCast>> castGroups(const plan::RankPlan &plan, const RankBuffers &buffers,
-                                          int32_t onlyGroup) {
+Result<std::vector<ModelWeightCast>> castGroups(const plan::RankPlan &plan,
+                                                const RankBuffers &buffers, int32_t onlyGroup) {
   std::vector<ModelWeightCast> groups;
   for (const plan::LocalBuffer &buffer : plan.buffers) {
     if (buffer.role != plan::BufferRole::ModelWeight || buffer.aliasesMainWeight)
@@ -239,11 +239,14 @@ void ModelWeightRefresh::landed(int32_t group, const char *at, uint64_t bytes) {
     return;
   const ModelWeightCast &cast = found->cast;
   const char *base = static_cast<const char *>(cast.main.data);
-  if (at < base || bytes > cast.main.bytes || uint64_t(at - base) > cast.main.bytes - bytes)
-    return; // not this buffer's bytes: finish() casts them
+  // Compared as addresses: bytes of another buffer are not this one's.
+  auto address = [](const char *p) { return reinterpret_cast<uintptr_t>(p); };
+  if (address(at) < address(base) || bytes > cast.main.bytes ||
+      address(at) - address(base) > cast.main.bytes - bytes)
+    return; // finish() casts whatever this buffer did not get here
   uint64_t mainSize = dcp::dtypeInfo(cast.main.dtype).elementSize;
   uint64_t modelSize = dcp::dtypeInfo(cast.model.dtype).elementSize;
-  uint64_t offset = static_cast<uint64_t>(at - base);
+  uint64_t offset = address(at) - address(base);
   // The whole elements among the bytes; a cut one is left to finish().
   uint64_t first = (offset + mainSize - 1) / mainSize;
   uint64_t end = std::min((offset + bytes) / mainSize, cast.elements);

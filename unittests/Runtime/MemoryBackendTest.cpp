@@ -193,7 +193,7 @@ TEST(ModelWeightRefresh, BytesCastAsTheyLandTheRestAtTheEnd) {
   refresh.landed(0, base + main.bytes - 4, 8);
   std::string model = modelBytes(*buffers, 0);
   EXPECT_EQ(model.substr(0, 20), expected[0].substr(0, 20)); // elements 0-9
-  EXPECT_EQ(model.substr(20, 2), std::string(2, '\0'));    // element 10: cut, not cast yet
+  EXPECT_EQ(model.substr(20, 2), std::string(2, '\0'));      // element 10: cut, not cast yet
   EXPECT_EQ(model.substr(22, 18), expected[0].substr(22, 18));
   EXPECT_TRUE(model.substr(40) == std::string(model.size() - 40, '\0'));
   EXPECT_EQ(modelBytes(*buffers, 1), std::string(expected[1].size(), '\0'));
