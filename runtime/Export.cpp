@@ -151,7 +151,7 @@ Status readWholeTensor(CheckpointReader &reader, const Exported &tensor, char *o
   Loader loader(reader, 0);
   if (Status status = loader.plan(plan.reads); !status)
     return status;
-  std::string staging; // unused: host memory
+  BandStaging staging; // unused: host memory
   return loader.loadPiece(plan.reads[0], 0, *buffers, staging);
 }
 

@@ -18,6 +18,7 @@
 #include <new>
 #include <optional>
 #include <tuple>
+#include <unistd.h>
 #include <unordered_map>
 
 namespace fsdp {
@@ -27,6 +28,17 @@ namespace {
 
 /// The fewest pieces a cold load reads at once (see loadCheckpoint).
 constexpr unsigned kColdReadStreams = 4;
+
+/// Each of a worker's two staging blocks for device pieces:
+/// LoadOptions::stagingBytes, else kDeviceBandBytes, at most a 256th of the
+/// machine's memory.
+uint64_t deviceBandBytes(const LoadOptions &options) {
+  if (options.stagingBytes)
+    return options.stagingBytes;
+  uint64_t memory = static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES)) *
+                    static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  return std::max<uint64_t>(uint64_t(1) << 20, std::min(kDeviceBandBytes, memory / 256));
+}
 
 uint64_t pieceBytes(const plan::ReadItem &read) {
   if (read.source != plan::ItemSource::Buffer || read.buffer.elements < 0)
@@ -191,7 +203,7 @@ Result<LoadResult> loadCheckpoint(const plan::RankPlan &plan, RankBuffers &buffe
   std::vector<int64_t> owners; // per position of order: the member reading it
   int64_t member = options.replicas ? options.replicas->group().rank() : 0;
   if (status)
-    loader.emplace(**reader, options.stagingBytes ? options.stagingBytes : defaultStagingBytes(1));
+    loader.emplace(**reader, deviceBandBytes(options));
   // The small tensors the plan does not save (live tensor items, say): the
   // committing rank, which holds every key of the plan, lists them, and
   // once every rank has loaded its pieces, hands the list to all.
@@ -217,7 +229,15 @@ Result<LoadResult> loadCheckpoint(const plan::RankPlan &plan, RankBuffers &buffe
     if (status && loader->readsCold())
       threads = std::max(threads, kColdReadStreams);
     readers = threads;
-    std::vector<std::string> staging(threads); // for buffers the host may not touch
+    // Buffers the host may not touch are staged through two pinned blocks
+    // per worker.
+    std::unique_ptr<StagingPool> pool;
+    if (status && !buffers.backend().hostAccessible())
+      pool = std::make_unique<StagingPool>(deviceBandBytes(options), 2 * threads,
+                                           buffers.sharedBackend());
+    std::vector<std::unique_ptr<BandStaging>> staging;
+    for (unsigned worker = 0; worker < threads; ++worker)
+      staging.push_back(std::make_unique<BandStaging>(pool.get()));
     // In a replica group each member reads its own contiguous run of that
     // order, about an equal share of the bytes.
     if (options.replicas)
@@ -243,7 +263,7 @@ Result<LoadResult> loadCheckpoint(const plan::RankPlan &plan, RankBuffers &buffe
             landed = [&](const char *at, uint64_t bytes) {
               refresh->landed(read.buffer.group, at, bytes);
             };
-          if (Status piece = loader->loadPiece(read, index, buffers, staging[worker],
+          if (Status piece = loader->loadPiece(read, index, buffers, *staging[worker],
                                                landed ? &landed : nullptr);
               !piece)
             return piece;
@@ -255,6 +275,10 @@ Result<LoadResult> loadCheckpoint(const plan::RankPlan &plan, RankBuffers &buffe
         }
         return progress.reached(loader->bytesRead());
       });
+    // No copy in may still read the staging once the load goes on.
+    for (std::unique_ptr<BandStaging> &worker : staging)
+      if (Status finished = worker->finish(); !finished && status)
+        status = finished;
     for (const plan::ReadItem &read : plan.reads)
       result.stats.items +=
           read.source == plan::ItemSource::Buffer || read.source == plan::ItemSource::Step;

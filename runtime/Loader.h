@@ -22,10 +22,13 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <future>
 #include <map>
 #include <optional>
+#include <string>
 #include <tuple>
 #include <unordered_set>
+#include <vector>
 
 namespace fsdp {
 namespace runtime {
@@ -48,6 +51,87 @@ inline Result<BufferView> pieceBuffer(const plan::ReadItem &read, const RankBuff
                      ErrorKind::InvalidArgument);
   return view;
 }
+
+/// Bands of a device piece this large are read direct when cold (the reader
+/// reads ranges of 16 MiB and more with direct I/O), and their copies in
+/// are few and long.
+constexpr uint64_t kDeviceBandBytes = uint64_t(32) << 20;
+
+/// One worker's host staging for pieces in memory the host may not touch: a
+/// band is read into one block while the band before it is still being
+/// copied in from the other. The blocks come from a pool pinned by the
+/// device's backend (the copies then run without the host); without a pool,
+/// or for a band larger than its blocks, from memory of its own, each copy
+/// waited for at once.
+class BandStaging {
+public:
+  explicit BandStaging(StagingPool *pool = nullptr) : pool_(pool) {}
+  ~BandStaging() { (void)finish(); }
+  BandStaging(const BandStaging &) = delete;
+  BandStaging &operator=(const BandStaging &) = delete;
+
+  /// Host memory for the next band of `bytes`, once the copy out of it
+  /// issued two bands ago is done (that copy's failure is returned, named
+  /// as `copying` was told).
+  Result<char *> take(uint64_t bytes) {
+    pooled_ = pool_ && bytes <= pool_->blockBytes();
+    if (!pooled_) {
+      if (Status status = finish(); !status)
+        return status.failure();
+      own_.resize(bytes);
+      return own_.data();
+    }
+    if (blocks_.empty())
+      blocks_ = pool_->acquire(2);
+    if (Status status = wait(next_); !status)
+      return status.failure();
+    return blocks_[next_];
+  }
+  /// The copy out of the memory `take` returned last; `what` names it in
+  /// its failure.
+  Status copying(std::future<Status> copy, std::string what) {
+    pending_[next_] = {std::move(copy), std::move(what)};
+    if (!pooled_)
+      return wait(next_);
+    next_ ^= 1;
+    return Status::success();
+  }
+  /// Waits for every copy issued (none reads the blocks after this) and
+  /// gives the blocks back; the first failure.
+  Status finish() {
+    Status first;
+    for (unsigned slot = 0; slot < 2; ++slot)
+      if (Status status = wait(slot); !status && first)
+        first = status;
+    if (!blocks_.empty())
+      pool_->release(blocks_);
+    blocks_.clear();
+    next_ = 0;
+    return first;
+  }
+
+private:
+  struct Pending {
+    std::future<Status> copy;
+    std::string what;
+  };
+  Status wait(unsigned slot) {
+    Pending &pending = pending_[slot];
+    if (!pending.copy.valid())
+      return Status::success();
+    Status status = pending.copy.get();
+    if (status)
+      return status;
+    return propagate(status, pending.what + ": " + status.error());
+  }
+
+  StagingPool *pool_;
+  std::vector<char *> blocks_; // two, from the pool, while held
+  Pending pending_[2];
+  unsigned next_ = 0;
+  bool pooled_ = false;
+  std::string own_;
+};
 
 /// A saved chunk that overlaps the piece being loaded.
 struct Overlap {
@@ -111,10 +195,11 @@ public:
   }
 
   /// Piece `index` of the plan's reads; `staging` is the calling worker's
-  /// host staging. `landed`, when given, hears of the piece's bytes as they
-  /// land in a buffer the host can touch.
+  /// host staging (its copies may still run when this returns: its finish()
+  /// waits for them). `landed`, when given, hears of the piece's bytes as
+  /// they land in a buffer the host can touch.
   Status loadPiece(const plan::ReadItem &read, size_t index, RankBuffers &buffers,
-                   std::string &staging, const CheckpointReader::Landed *landed = nullptr) {
+                   BandStaging &staging, const CheckpointReader::Landed *landed = nullptr) {
     const std::string &dir = reader_.dir();
     std::optional<KeyInfo> saved = reader_.keyInfo(read.key);
     if (!saved)
@@ -145,7 +230,8 @@ public:
         return status;
     } else {
       // Memory the host may not touch (a device): the piece in bands of
-      // whole rows, each assembled in bounded host staging and copied in.
+      // whole rows, each assembled in host staging and copied in while the
+      // next is read.
       uint64_t rowBytes = elementSize;
       for (size_t d = 1; d < target.sizes.size(); ++d)
         rowBytes *= static_cast<uint64_t>(target.sizes[d]);
@@ -159,13 +245,19 @@ public:
           band.sizes[0] = std::min(bandRows, rows - row);
         }
         uint64_t bandBytes = band.sizes.empty() ? rowBytes : rowBytes * band.sizes[0];
-        staging.resize(bandBytes);
-        if (Status status = loadBox(read.key, chunks, band, elementSize, staging.data()); !status)
+        Result<char *> host = staging.take(bandBytes);
+        if (!host)
+          return host.failure();
+        if (Status status = loadBox(read.key, chunks, band, elementSize, *host); !status)
           return status;
-        if (Status status = view->copyIn(pieceOffset + static_cast<uint64_t>(row) * rowBytes,
-                                         bandBytes, staging.data());
+        uint64_t at = pieceOffset + static_cast<uint64_t>(row) * rowBytes;
+        if (at > view->bytes || bandBytes > view->bytes - at)
+          return makeError(read.key + ": a band past the end of its buffer", ErrorKind::Internal);
+        if (Status status = staging.copying(
+                view->backend->copyIn(*host, static_cast<char *>(view->data) + at, bandBytes),
+                read.key);
             !status)
-          return propagate(status, read.key + ": " + status.error());
+          return status;
       }
     }
     bytesRead_ += pieceBytes;

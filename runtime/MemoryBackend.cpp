@@ -9,6 +9,7 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <sys/mman.h>
@@ -153,6 +154,8 @@ public:
   }
 
   std::future<Status> copyOut(const void *source, void *destination, uint64_t bytes) override {
+    if (Status status = withinPinned(destination, bytes); !status)
+      return ready(std::move(status));
     return submit([this, source, destination, bytes]() -> Status {
       Result<char *> inside = translate(source, bytes);
       if (!inside)
@@ -162,6 +165,8 @@ public:
     });
   }
   std::future<Status> copyIn(const void *source, void *destination, uint64_t bytes) override {
+    if (Status status = withinPinned(source, bytes); !status)
+      return ready(std::move(status));
     return submit([this, source, destination, bytes]() -> Status {
       Result<char *> inside = translate(destination, bytes);
       if (!inside)
@@ -238,6 +243,35 @@ private:
     char *inside;
     uint64_t bytes;
   };
+
+  /// As CUDA does: host memory a copy touches must be pageable or lie within
+  /// one pinned range (a copy from one registration into the next fails).
+  Status withinPinned(const void *host, uint64_t bytes) const {
+    auto begin = reinterpret_cast<uintptr_t>(host);
+    uint64_t end = begin + bytes;
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto found = pinned_.upper_bound(begin);
+    if (found != pinned_.begin()) {
+      auto before = std::prev(found);
+      if (begin < before->first + before->second)
+        return end <= before->first + before->second
+                   ? Status::success()
+                   : makeError("simulated device: a copy of " + std::to_string(bytes) +
+                                   " bytes runs past the end of pinned host memory",
+                               ErrorKind::InvalidArgument);
+    }
+    if (found != pinned_.end() && found->first < end)
+      return makeError("simulated device: a copy of " + std::to_string(bytes) +
+                           " bytes runs into pinned host memory",
+                       ErrorKind::InvalidArgument);
+    return Status::success();
+  }
+
+  static std::future<Status> ready(Status status) {
+    std::promise<Status> promise;
+    promise.set_value(std::move(status));
+    return promise.get_future();
+  }
 
   /// The device thread's view of [pointer, pointer + bytes), which must lie
   /// in one allocation.

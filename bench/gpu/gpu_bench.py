@@ -27,6 +27,7 @@ usage: gpu_bench.py --ckpt BIN --plans DIR --device cuda|cpu --out DIR
 import argparse
 import ctypes
 import json
+import mmap
 import os
 import re
 import shutil
@@ -40,6 +41,7 @@ from cache import drop_cache  # noqa: E402 (bench/cache.py)
 HERE = os.path.dirname(os.path.abspath(__file__))
 GB = 1e9
 BLOCK = 64 << 20
+PAGE = 4096
 
 # The one-H200 bars (docs/GPU.md, "The bars").
 BAR_SAVE_VS_CEILING = 0.9
@@ -141,21 +143,34 @@ def dir_bytes(directory):
     return sum(os.path.getsize(f) for f in files_of(directory))
 
 
-def write_ceiling(work, nbytes, threads):
+def aligned_block(size, fill=None):
+    """A page-aligned buffer (an anonymous mapping) of SIZE bytes, touched."""
+    block = mmap.mmap(-1, size)
+    block.write(fill if fill is not None else b"\x01" * size)
+    return block
+
+
+def write_ceiling(work, nbytes, threads, direct=False):
     """Seconds for THREADS threads to write and fsync NBYTES (their own file
-    each, 64 MiB writes from one non-zero buffer), all at once."""
-    source = memoryview(os.urandom(BLOCK))
+    each, 64 MiB writes from one non-zero buffer), all at once; DIRECT: with
+    O_DIRECT from a page-aligned buffer (each file's last write rounded up to
+    whole pages)."""
+    source = memoryview(aligned_block(BLOCK, os.urandom(BLOCK)))
     part = -(-nbytes // threads)
     paths = [os.path.join(work, f"ceiling{i}.bin") for i in range(threads)]
     errors = []
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | (os.O_DIRECT if direct else 0)
 
     def writer(path, size):
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            fd = os.open(path, flags, 0o644)
             try:
                 done = 0
                 while done < size:
-                    done += os.write(fd, source[:min(BLOCK, size - done)])
+                    take = min(BLOCK, size - done)
+                    if direct:
+                        take = -(-take // PAGE) * PAGE
+                    done += os.write(fd, source[:take])
                 os.fsync(fd)
             finally:
                 os.close(fd)
@@ -178,10 +193,11 @@ def write_ceiling(work, nbytes, threads):
     return seconds
 
 
-def read_ceiling(paths, threads):
+def read_ceiling(paths, threads, direct=False):
     """Seconds for THREADS threads to read every byte of the files (the bytes
     cut into THREADS contiguous ranges), 64 MiB preads into a buffer of each
-    thread's own; and the bytes read."""
+    thread's own; and the bytes read. DIRECT: with O_DIRECT into page-aligned
+    buffers, each range widened to whole pages."""
     extents = []  # (path, offset, length) over all files, in order
     for path in paths:
         size = os.path.getsize(path)
@@ -200,18 +216,23 @@ def read_ceiling(paths, threads):
             position += take
     errors = []
     # Each thread's buffer, allocated and touched before the clock starts.
-    buffers = [bytearray(b"\x01" * min(BLOCK, max(1, part))) for _ in range(threads)]
+    buffers = [aligned_block(-(-min(BLOCK, max(1, part)) // PAGE) * PAGE) for _ in range(threads)]
 
     def reader(work, buf):
         try:
             view = memoryview(buf)
             block = len(buf)
             for path, offset, length in work:
-                fd = os.open(path, os.O_RDONLY)
+                fd = os.open(path, os.O_RDONLY | (os.O_DIRECT if direct else 0))
                 try:
                     end = offset + length
+                    if direct:
+                        end = min(-(-end // PAGE) * PAGE, -(-os.fstat(fd).st_size // PAGE) * PAGE)
+                        offset = offset // PAGE * PAGE
                     while offset < end:
                         got = os.preadv(fd, [view[:min(block, end - offset)]], offset)
+                        if got <= 0 and direct and offset >= os.fstat(fd).st_size:
+                            break  # the file's last page, read short
                         if got <= 0:
                             raise OSError(f"short read of {path} at {offset}")
                         offset += got
@@ -377,10 +398,16 @@ def figures(r):
         if i == 0:
             files = files_of(ours)
             res["disk_bytes"] = dir_bytes(ours)
-            try:
-                res["ceiling_write_s"] = write_ceiling(work, res["disk_bytes"], T)
-            except OSError as error:
-                r.step("figures: write ceiling", False, repr(error))
+            # The best of buffered and direct writes of the same bytes.
+            for method, direct in (("buffered", False), ("O_DIRECT", True)):
+                try:
+                    seconds = write_ceiling(work, res["disk_bytes"], T, direct)
+                except OSError as error:
+                    r.step(f"figures: write ceiling ({method})", False, repr(error))
+                    continue
+                res.setdefault("ceiling_write_methods", {})[method] = round(seconds, 3)
+                if seconds < res.get("ceiling_write_s", float("inf")):
+                    res["ceiling_write_s"], res["ceiling_write_method"] = seconds, method
     spec = json.loads(subprocess.run([a.ckpt, "inspect", ours, "--json"], check=True,
                                      capture_output=True, text=True).stdout)
     spec_path = os.path.join(work, "spec.json")
@@ -397,12 +424,23 @@ def figures(r):
         if r.left() < 4 * min(saves) + 20:
             note(f"skipping the {cache} load (deadline)")
             break
-        if cache == "cold":
-            drop_cache(files)
-        try:
-            res[f"ceiling_read_{cache}_s"], res["read_bytes"] = read_ceiling(data_files, T)
-        except OSError as error:
-            r.step(f"figures: read ceiling ({cache})", False, repr(error))
+        # Cold: the best of buffered and direct reads, the cache dropped
+        # before each. Warm: buffered reads of files read once before.
+        methods = (("buffered", False), ("O_DIRECT", True)) if cache == "cold" else \
+            (("warm-up", False), ("buffered", False))
+        for method, direct in methods:
+            if cache == "cold":
+                drop_cache(files)
+            try:
+                seconds, res["read_bytes"] = read_ceiling(data_files, T, direct)
+            except OSError as error:
+                r.step(f"figures: read ceiling ({cache}, {method})", False, repr(error))
+                continue
+            if method == "warm-up":
+                continue
+            res.setdefault(f"ceiling_read_{cache}_methods", {})[method] = round(seconds, 3)
+            if seconds < res.get(f"ceiling_read_{cache}_s", float("inf")):
+                res[f"ceiling_read_{cache}_s"], res[f"ceiling_read_{cache}_method"] = seconds, method
         if cache == "cold":
             drop_cache(files)
         check = ["--check", 1] if cache == "warm" else []
@@ -514,10 +552,14 @@ def report(r, res):
     if "ceiling_write_s" in res:
         ours, ceil = B / save_s, B / res["ceiling_write_s"]
         r.emit("save", ours / GB, ceil / GB, ours / ceil, bar=BAR_SAVE_VS_CEILING,
-               saves_s=[round(s, 3) for s in res["save_s"]], **common)
+               saves_s=[round(s, 3) for s in res["save_s"]],
+               ceiling_method=res["ceiling_write_method"],
+               ceiling_methods_s=res["ceiling_write_methods"], **common)
         lines.append(f"  save {ours / GB:.2f} GB/s (best of {len(res['save_s'])}: "
                      f"{', '.join(f'{s:.2f}' for s in res['save_s'])} s) vs {T} threads writing+"
-                     f"fsyncing the same bytes {ceil / GB:.2f} GB/s = {ours / ceil:.2f} x ceiling "
+                     f"fsyncing the same bytes {ceil / GB:.2f} GB/s "
+                     f"({res['ceiling_write_method']}, the best of {res['ceiling_write_methods']} "
+                     f"s) = {ours / ceil:.2f} x ceiling "
                      f"(bar {BAR_SAVE_VS_CEILING}: {bar(ours / ceil >= BAR_SAVE_VS_CEILING)})")
     if "dcp_save" in dcp:
         t = dcp["dcp_save"]["seconds"]
@@ -533,10 +575,14 @@ def report(r, res):
         if f"ceiling_read_{cache}_s" in res:
             ours, ceil = B / t, res["read_bytes"] / res[f"ceiling_read_{cache}_s"]
             is_bar = cache == "cold"
+            method = res[f"ceiling_read_{cache}_method"]
+            methods = res[f"ceiling_read_{cache}_methods"]
             r.emit("load", ours / GB, ceil / GB, ours / ceil, cache=cache,
-                   bar=BAR_LOAD_VS_CEILING if is_bar else None, **common)
+                   bar=BAR_LOAD_VS_CEILING if is_bar else None, ceiling_method=method,
+                   ceiling_methods_s=methods, **common)
             lines.append(f"  load ({cache}) {ours / GB:.2f} GB/s vs {T} threads reading the files "
-                         f"{ceil / GB:.2f} GB/s = {ours / ceil:.2f} x ceiling" +
+                         f"{ceil / GB:.2f} GB/s ({method}, the best of {methods} s) = "
+                         f"{ours / ceil:.2f} x ceiling" +
                          (f" (bar {BAR_LOAD_VS_CEILING}: {bar(ours / ceil >= BAR_LOAD_VS_CEILING)})"
                           if is_bar else ""))
         if f"dcp_load_{cache}" in dcp:
@@ -573,8 +619,10 @@ def report(r, res):
     if not dcp:
         lines.append(f"  PyTorch DCP: not measured ({res.get('dcp_skipped', 'see above')})")
     lines.append("  (save: ours vs the same byte count written and fsynced by the threads, each its "
-                 "own file, 64 MiB writes; load: the checkpoint's files read by the threads, 64 MiB "
-                 "preads into a buffer each, cold after posix_fadvise(DONTNEED) on both sides; "
+                 "own file, 64 MiB writes, buffered and O_DIRECT, the faster; load: the "
+                 "checkpoint's files read by the threads, 64 MiB preads into a buffer each, cold "
+                 "after posix_fadvise(DONTNEED) on both sides, buffered and O_DIRECT, the faster; "
+                 "warm: buffered, after a first read; "
                  "times as fsdp-ckpt reports them; DCP: one process, no process group, "
                  "tensors on the same device)")
     return lines

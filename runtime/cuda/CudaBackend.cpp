@@ -33,7 +33,6 @@ namespace {
 using elementbits::ValueType;
 
 constexpr unsigned kStreams = 4;
-constexpr uint64_t kPinPiece = uint64_t(1) << 30; // cudaHostRegister at most 1 GiB at a time
 
 std::string cudaErrorText(cudaError_t code) {
   return std::string(cudaGetErrorString(code)) + " (" + cudaGetErrorName(code) + ")";
@@ -180,9 +179,8 @@ public:
       }
     for (unsigned long long *word : words_)
       (void)cudaFree(word);
-    for (auto &[memory, pieces] : pinned_)
-      for (auto &[piece, bytes] : pieces)
-        (void)cudaHostUnregister(piece);
+    for (auto &[memory, bytes] : pinned_)
+      (void)cudaHostUnregister(reinterpret_cast<void *>(memory));
     (void)cudaGetLastError();
   }
 
@@ -297,56 +295,40 @@ public:
     return finish(stream, what);
   }
 
+  // One registration per call: a copy whose host range crosses from one
+  // registration into another fails (cudaErrorInvalidValue, seen on an H200
+  // when a 6.4 GB snapshot was registered in 1 GiB pieces), and callers copy
+  // anywhere within what they pinned.
   Status pinHostMemory(void *memory, uint64_t bytes) override {
     if (!memory || !bytes)
       return makeError("CUDA: nothing to pin", ErrorKind::InvalidArgument);
     if (Status status = makeCurrent(); !status)
       return status;
-    std::vector<std::pair<char *, uint64_t>> pieces;
-    char *base = static_cast<char *>(memory);
-    for (uint64_t offset = 0; offset < bytes; offset += kPinPiece) {
-      uint64_t piece = std::min(kPinPiece, bytes - offset);
-      cudaError_t code = cudaHostRegister(base + offset, piece, cudaHostRegisterDefault);
-      if (code != cudaSuccess) {
-        Error error = cudaFailure(code,
-                                  "cudaHostRegister of " + std::to_string(piece) +
-                                      " bytes at offset " + std::to_string(offset) + " of " +
-                                      std::to_string(bytes) + " host bytes",
-                                  device_);
-        for (auto &[done, doneBytes] : pieces)
-          (void)cudaHostUnregister(done);
-        (void)cudaGetLastError();
-        return error;
-      }
-      pieces.emplace_back(base + offset, piece);
-    }
+    cudaError_t code = cudaHostRegister(memory, bytes, cudaHostRegisterDefault);
+    if (code != cudaSuccess)
+      return cudaFailure(code, "cudaHostRegister of " + std::to_string(bytes) + " host bytes",
+                         device_);
     std::lock_guard<std::mutex> lock(mutex_);
-    pinned_[reinterpret_cast<uintptr_t>(memory)] = std::move(pieces);
+    pinned_[reinterpret_cast<uintptr_t>(memory)] = bytes;
     return Status::success();
   }
 
   void unpinHostMemory(void *memory, uint64_t) override {
-    std::vector<std::pair<char *, uint64_t>> pieces;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      auto found = pinned_.find(reinterpret_cast<uintptr_t>(memory));
-      if (found == pinned_.end())
+      if (!pinned_.erase(reinterpret_cast<uintptr_t>(memory)))
         return;
-      pieces = std::move(found->second);
-      pinned_.erase(found);
     }
     if (cudaSetDevice(device_) == cudaSuccess)
-      for (auto &[piece, bytes] : pieces)
-        (void)cudaHostUnregister(piece);
+      (void)cudaHostUnregister(memory);
     (void)cudaGetLastError();
   }
 
   uint64_t pinnedHostBytes() const override {
     std::lock_guard<std::mutex> lock(mutex_);
     uint64_t total = 0;
-    for (const auto &[memory, pieces] : pinned_)
-      for (const auto &[piece, bytes] : pieces)
-        total += bytes;
+    for (const auto &[memory, bytes] : pinned_)
+      total += bytes;
     return total;
   }
 
@@ -545,7 +527,7 @@ private:
   std::shared_ptr<EventPool> events_;
   mutable std::mutex mutex_;
   std::map<uintptr_t, uint64_t> allocations_;
-  std::map<uintptr_t, std::vector<std::pair<char *, uint64_t>>> pinned_;
+  std::map<uintptr_t, uint64_t> pinned_; // host memory registered, one call each
   std::vector<unsigned long long *> words_, freeWords_;
 };
 

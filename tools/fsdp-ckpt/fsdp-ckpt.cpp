@@ -293,8 +293,9 @@ int run(int argc, char **argv) {
   unsigned threads = 0;
   uint64_t stagingMb = 0;
   const char *threadsHelp = "Worker threads per rank (default: the cores, at most 8)";
-  const char *stagingHelp = "Host staging memory per rank in MiB for device buffers (default 8 "
-                            "per thread, at most a 64th of memory)";
+  const char *stagingHelp = "Host staging memory per rank in MiB for device buffers, two blocks "
+                            "per thread (default: save 8 per thread, at most a 64th of memory; "
+                            "load 64 per thread, at most a 128th of memory a thread)";
   bool bufferedIO = false;
   unsigned writeDepth = 0;
   std::string device = "cpu", replicaPlane = "auto";
@@ -544,7 +545,7 @@ int run(int argc, char **argv) {
 
   LoadOptions loadOptions;
   loadOptions.threads = threads;
-  loadOptions.stagingBytes = (stagingMb << 20) / (threads ? threads : defaultThreads());
+  loadOptions.stagingBytes = (stagingMb << 20) / (2 * (threads ? threads : defaultThreads()));
   loadOptions.syncModelWeights = !noSync && !reshard->parsed();
   loadOptions.readTensorItems = false; // nothing here uses them
   loadOptions.keys = keys;

@@ -495,9 +495,9 @@ TEST(CudaBackendGpu, CheckKernelFindsTheFirstMismatchInTheHostsWords) {
   }
 }
 
-TEST(CudaBackendGpu, PinsHostMemoryInPieces) {
+TEST(CudaBackendGpu, PinsHostMemoryInOneRegistration) {
   GPU_OR_SKIP(device);
-  uint64_t bytes = (5ull << 30) / 2; // 2.5 GiB: three pieces
+  uint64_t bytes = (5ull << 30) / 2; // 2.5 GiB: once registered in 1 GiB pieces
   void *host = std::aligned_alloc(4096, bytes);
   ASSERT_NE(host, nullptr);
   std::memset(host, 1, bytes);
@@ -509,6 +509,12 @@ TEST(CudaBackendGpu, PinsHostMemoryInPieces) {
   ASSERT_TRUE(memory);
   toDevice(*device, static_cast<char *>(host) + bytes - (1 << 20), *memory, 1 << 20);
   EXPECT_EQ(fromDevice(*device, *memory, 1 << 20), std::string(1 << 20, '\1'));
+  // Across the 1 GiB mark: the copy that failed on an H200 with pieces
+  // (cudaErrorInvalidValue, an async save's snapshot).
+  char *acrossGiB = static_cast<char *>(host) + (1ull << 30) - (1 << 19);
+  toDevice(*device, acrossGiB, *memory, 1 << 20);
+  Status back = device->copyOut(*memory, acrossGiB, 1 << 20).get();
+  EXPECT_TRUE(back) << back.error();
   device->release(*memory);
   device->unpinHostMemory(host, bytes);
   EXPECT_EQ(device->pinnedHostBytes(), 0u);

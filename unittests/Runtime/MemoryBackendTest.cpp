@@ -1,4 +1,5 @@
 //===- MemoryBackendTest.cpp - Host memory and the simulated device -------===//
+#include "../../runtime/Loader.h"
 #include "../../runtime/ModelWeightRefresh.h"
 #include "fsdp/Runtime/Buffers.h"
 #include "fsdp/Runtime/Cast.h"
@@ -9,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <future>
 #include <thread>
 #include <vector>
 
@@ -71,6 +73,94 @@ TEST(SimulatedDevice, CastsInDeviceMemory) {
   EXPECT_EQ(bf16[2], 0x3F80);
   device->release(*main);
   device->release(*model);
+}
+
+
+// CUDA refuses a copy whose host side crosses the edge of a registration;
+// the simulated device does too, so a caller that pins in pieces and copies
+// across them fails here and not only on a GPU.
+TEST(SimulatedDevice, CopiesStayWithinOnePinnedRange) {
+  std::shared_ptr<MemoryBackend> device = createSimulatedDeviceBackend();
+  Result<void *> memory = device->allocate(8192);
+  ASSERT_TRUE(memory);
+  std::vector<char> host(4 * 4096, 'h');
+  char *first = host.data() + 4096, *second = host.data() + 2 * 4096;
+  ASSERT_TRUE(device->pinHostMemory(first, 4096));
+  ASSERT_TRUE(device->pinHostMemory(second, 4096));
+  EXPECT_EQ(device->pinnedHostBytes(), 8192u);
+  EXPECT_TRUE(device->copyOut(*memory, first, 4096).get());
+  EXPECT_TRUE(device->copyIn(second + 100, *memory, 3000).get());
+  Status across = device->copyOut(*memory, first + 2048, 4096).get();
+  ASSERT_FALSE(across);
+  EXPECT_NE(across.error().find("past the end of pinned host memory"), std::string::npos)
+      << across.error();
+  // From pageable memory into pinned memory: refused as well.
+  std::vector<char> pageable(8192);
+  EXPECT_TRUE(device->copyIn(pageable.data(), *memory, 8192).get());
+  Status into = device->copyIn(first - 1024, *memory, 2048).get();
+  EXPECT_FALSE(into) << "a copy starting before the pinned range and running into it";
+  // Unpinned, the same range is plain pageable memory.
+  device->unpinHostMemory(first, 4096);
+  device->unpinHostMemory(second, 4096);
+  EXPECT_EQ(device->pinnedHostBytes(), 0u);
+  EXPECT_TRUE(device->copyOut(*memory, first + 2048, 4096).get());
+  device->release(*memory);
+}
+
+std::future<Status> finishedWith(Status status) {
+  std::promise<Status> promise;
+  promise.set_value(std::move(status));
+  return promise.get_future();
+}
+
+TEST(BandStaging, ReadsIntoOneBlockWhileTheOtherIsCopiedIn) {
+  StagingPool pool(4096, 2);
+  BandStaging staging(&pool);
+  Result<char *> first = staging.take(4096);
+  ASSERT_TRUE(first);
+  std::promise<Status> slowCopy;
+  ASSERT_TRUE(staging.copying(slowCopy.get_future(), "model.a"));
+  // The next band goes into the other block while the first copy runs.
+  Result<char *> second = staging.take(100);
+  ASSERT_TRUE(second);
+  EXPECT_NE(*first, *second);
+  ASSERT_TRUE(staging.copying(finishedWith(Status::success()), "model.b"));
+  // The third band needs the first block: it waits for its copy, whose
+  // failure it reports under the key that copy was for.
+  std::thread device([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    slowCopy.set_value(makeError("CUDA copy in failed", ErrorKind::Internal));
+  });
+  auto start = std::chrono::steady_clock::now();
+  Result<char *> third = staging.take(4096);
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(25));
+  device.join();
+  ASSERT_FALSE(third);
+  EXPECT_EQ(third.error(), "model.a: CUDA copy in failed");
+  EXPECT_TRUE(staging.finish());
+  // Both blocks are back in the pool.
+  EXPECT_EQ(pool.acquire(2).size(), 2u);
+}
+
+TEST(BandStaging, ABandLargerThanABlockIsCopiedAtOnceFromMemoryOfItsOwn) {
+  StagingPool pool(4096, 2);
+  BandStaging staging(&pool);
+  Result<char *> big = staging.take(10000);
+  ASSERT_TRUE(big);
+  std::memset(*big, 1, 10000); // its own memory, of the band's size
+  Status failed = staging.copying(finishedWith(makeError("no device", ErrorKind::IO)), "w");
+  EXPECT_FALSE(failed); // waited for at once
+  EXPECT_EQ(failed.error(), "w: no device");
+  BandStaging unpooled;
+  ASSERT_TRUE(unpooled.take(10));
+  EXPECT_TRUE(unpooled.copying(finishedWith(Status::success()), "x"));
+  EXPECT_TRUE(unpooled.finish());
+  // A failure left pending is reported by finish, once.
+  ASSERT_TRUE(staging.take(100));
+  ASSERT_TRUE(staging.copying(finishedWith(makeError("lost", ErrorKind::IO)), "y"));
+  Status finished = staging.finish();
+  EXPECT_EQ(finished.error(), "y: lost");
+  EXPECT_TRUE(staging.finish());
 }
 
 TEST(StagingPool, GroupsOfBlocksWaitForEachOther) {

@@ -318,7 +318,8 @@ TEST(SimulatedDevice, LargeItemsThroughSmallStagingBlocks) {
   }());
   expectAllOk(loadOnRanks(one, work + "/first", 31));
   expectAllOk(loadOnRanks(one, work + "/second", 31));
-  // Back onto devices of 3 ranks, in bands of 16 rows (64 KiB of staging):
+  // Back onto devices of 3 ranks, in bands of 16 rows (two 64 KiB blocks a
+  // worker, one read into while the other's copy runs):
   // 300 rows saved as 2 chunks land across band boundaries.
   plan::ModelLayout threeRanks = model;
   threeRanks.meshSizes = {3};

@@ -52,6 +52,7 @@ public:
   Result<BufferView> get(int32_t group, plan::BufferRole role) const;
   const std::vector<plan::LocalBuffer> &layout() const { return layout_; }
   MemoryBackend &backend() const { return *backend_; }
+  const std::shared_ptr<MemoryBackend> &sharedBackend() const { return backend_; }
 
 private:
   std::shared_ptr<MemoryBackend> backend_;

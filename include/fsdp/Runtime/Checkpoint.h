@@ -170,9 +170,10 @@ struct LoadOptions {
   bool syncModelWeights = true;
   /// Worker threads loading pieces (0: the machine's cores, at most 8).
   unsigned threads = 0;
-  /// Host staging per worker for buffers the host may not touch: a device
-  /// piece is loaded in bands of whole rows of at most this size (0: its
-  /// share of defaultStagingBytes).
+  /// Host staging for buffers the host may not touch: a device piece is
+  /// loaded in bands of whole rows of at most this size, each worker
+  /// reading a band into one of its two (pinned) blocks while the other's
+  /// is copied in (0: 32 MiB, at most a 256th of the machine's memory).
   uint64_t stagingBytes = 0;
   bool verifyChecksums = true;
   ProgressCallback progress;

@@ -54,7 +54,7 @@ public:
                       uint64_t elements) = 0;
 
   /// Makes host memory one this backend copies to and from at full speed
-  /// (CUDA: page-locked, registered in pieces of at most 1 GiB): staging
+  /// (CUDA: page-locked, one registration per call): staging
   /// blocks and async-save snapshots. Nothing to do for host memory.
   virtual Status pinHostMemory(void *memory, uint64_t bytes) {
     (void)memory, (void)bytes;
