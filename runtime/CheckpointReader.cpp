@@ -495,14 +495,23 @@ Status CheckpointReader::readStorage(TensorItem &item, char *destination,
   return readAndCheck(item, destination, landed);
 }
 
+Status CheckpointReader::streamStorage(TensorItem &item,
+                                       const zip::ByteSource::BlockConsumer &sink) {
+  if (!needsCheck(item)) {
+    bytesRead_ += item.record.storageBytes();
+    return item.file->readBlocks(item.dataOffset, item.record.storageBytes(), nullptr, sink);
+  }
+  return readAndCheck(item, nullptr, nullptr, &sink);
+}
+
 Status CheckpointReader::checkItem(TensorItem &item) {
   if (!needsCheck(item))
     return Status::success();
   return readAndCheck(item, nullptr, nullptr);
 }
 
-Status CheckpointReader::readAndCheck(TensorItem &item, char *destination,
-                                      const Landed *landed) {
+Status CheckpointReader::readAndCheck(TensorItem &item, char *destination, const Landed *landed,
+                                      const zip::ByteSource::BlockConsumer *sink) {
   uint64_t dataBytes = item.record.storageBytes();
   // Counted as read whatever follows: the bytes were asked of storage.
   bytesRead_ += item.xxh3 ? item.itemLength : dataBytes;
@@ -532,7 +541,7 @@ Status CheckpointReader::readAndCheck(TensorItem &item, char *destination,
               crc = zip::crc32(block, size, crc);
             if (landed && destination)
               (*landed)(destination + at, size);
-            return Status::success();
+            return sink ? (*sink)(at, block, size) : Status::success();
           });
       !status)
     return status;

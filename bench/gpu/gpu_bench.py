@@ -453,6 +453,8 @@ def figures(r):
         if check:
             r.step("figures: warm load --check 1 (the figures' checkpoint)", True, out)
         res[f"load_{cache}_s"] = t
+        if cache == "cold":
+            cold_variants(r, res, ours, files, plan)
     shutil.rmtree(ours, ignore_errors=True)
 
     # Async saves: the first, then a repeated one over it, in one process (--repeat 2: the
@@ -526,6 +528,36 @@ def figures(r):
     return res
 
 
+# Other ways to load the same checkpoint cold, each after dropping the cache:
+# what the device path is up against (the host path on the same disk) and
+# its settings (more workers, larger bands).
+COLD_VARIANTS = (
+    ("host buffers", ["--device", "cpu"]),
+    ("16 workers", ["--threads", "16"]),
+    ("64 MiB bands", ["--staging-mb", "1024"]),
+)
+
+
+def cold_variants(r, res, ours, files, plan):
+    a = r.args
+    for label, extra in COLD_VARIANTS:
+        if r.left() < 4 * res["load_cold_s"] + 60:
+            note(f"skipping the cold load variant '{label}' (deadline)")
+            break
+        argv = ["--plan", plan, "--threads", a.threads, *r.device_flags()]
+        for flag in extra[::2]:  # a variant's flag replaces the base's
+            if flag in argv:
+                at = argv.index(flag)
+                del argv[at:at + 2]
+        drop_cache(files)
+        rc, out, err, _ = r.ckpt("load", "--dir", ours, *argv, *extra)
+        t = seconds_in(out)
+        if rc or t is None:
+            r.step(f"figures: cold load ({label})", False, f"{out}{err}(exit status {rc})", rc=rc)
+            continue
+        res.setdefault("load_cold_variants", []).append((label, " ".join(extra), t))
+
+
 def prod(shape):
     n = 1
     for s in shape:
@@ -593,6 +625,13 @@ def report(r, res):
                          f"GB/s = {td / t:.2f} x (bar {BAR_LOAD_VS_DCP}: "
                          f"{bar(td / t >= BAR_LOAD_VS_DCP)}; DCP's values "
                          f"{'round-tripped' if dcp[f'dcp_load_{cache}'].get('roundtrip_ok') else 'DID NOT round-trip'})")
+    if "ceiling_read_cold_s" in res:
+        ceil = res["read_bytes"] / res["ceiling_read_cold_s"]
+        for label, flags, t in res.get("load_cold_variants", []):
+            r.emit("load", B / t / GB, ceil / GB, B / t / ceil, cache="cold", variant=flags,
+                   **common)
+            lines.append(f"  load (cold, {label}: {flags}) {B / t / GB:.2f} GB/s = "
+                         f"{B / t / ceil:.2f} x ceiling")
     d2h = res.get("d2h")
     for label in ("first", "repeat"):
         if f"stall_{label}" not in res:

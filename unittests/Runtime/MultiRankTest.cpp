@@ -343,4 +343,54 @@ TEST(SimulatedDevice, LargeItemsThroughSmallStagingBlocks) {
   (void)createPosixStorage()->removeTree(work);
 }
 
+TEST(SimulatedDevice, LoadsReadEachSavedByteOnceThroughSmallStaging) {
+  // 1.2 MB chunks into device pieces through 64 KiB blocks: a chunk that
+  // lands whole streams through the staging, read and checked once, as a
+  // host load reads it (in bands it was read twice: its check, then each
+  // band's range). A reshard's partial chunks still go in bands.
+  std::string work = tempDir();
+  ASSERT_FALSE(work.empty());
+  plan::ModelLayout model = workedExample({2});
+  model.groups[0] = fsdp::testmodels::makeGroup("", {{"big"}, {"small"}}, {{300, 1000}, {7}}, {2},
+                                                {layout::Placement::Shard});
+  model.optimizerParams = {"big", "small"};
+  plan::PlanFile two = planFor(model);
+  expectAllOk(saveOnRanks(two, work + "/ckpt", 41));
+  auto loadWith = [&](const plan::PlanFile &plan, const BackendOf &backendOf) {
+    PerRank<uint64_t> read(plan.worldSize());
+    PerRank<Status> statuses(plan.worldSize());
+    onRanks(plan.worldSize(), [&](int64_t rank, std::unique_ptr<Communicator> comm) {
+      Result<std::unique_ptr<Checkpointer>> opened =
+          openAndAllocate(plan, std::move(comm), nullptr, backendOf);
+      Status status = opened ? Status::success() : Status(opened.failure());
+      if (status) {
+        LoadOptions options;
+        options.stagingBytes = 64 << 10;
+        options.threads = 2;
+        Result<LoadResult> result = (*opened)->load(work + "/ckpt", options);
+        status = result ? (*opened)->check(41, {}, true) : Status(result.failure());
+        if (result)
+          read.values[rank] = result->stats.bytesReadStorage;
+      }
+      statuses.values[rank] = status;
+    });
+    expectAllOk(statuses.values);
+    uint64_t total = 0;
+    for (uint64_t bytes : read.values)
+      total += bytes;
+    return total;
+  };
+  uint64_t host = loadWith(two, {});
+  uint64_t device = loadWith(two, slowDevice);
+  EXPECT_GT(host, uint64_t(2 * 1200000)); // main weight and two optimizer states at least
+  EXPECT_EQ(device, host);
+  plan::ModelLayout threeRanks = model;
+  threeRanks.meshSizes = {3};
+  threeRanks.groups[0] = fsdp::testmodels::makeGroup("", {{"big"}, {"small"}}, {{300, 1000}, {7}},
+                                                     {3}, {layout::Placement::Shard});
+  plan::PlanFile three = planFor(threeRanks);
+  EXPECT_GT(loadWith(three, slowDevice), 0u);
+  (void)createPosixStorage()->removeTree(work);
+}
+
 } // namespace

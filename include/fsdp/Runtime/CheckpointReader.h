@@ -165,6 +165,10 @@ public:
   /// checking the item the first time; `landed`, when given, hears of each
   /// block as it lands, while it is still in cache.
   Status readStorage(TensorItem &item, char *destination, const Landed *landed = nullptr);
+  /// The item's whole storage handed to `sink` block by block, in order,
+  /// checking the item the first time (a mismatch fails after the last
+  /// block): for memory the host may not touch, staged as it streams.
+  Status streamStorage(TensorItem &item, const zip::ByteSource::BlockConsumer &sink);
   /// Checks the item without keeping its bytes (one block of memory),
   /// unless it is checked already.
   Status checkItem(TensorItem &item);
@@ -210,7 +214,8 @@ private:
   /// Reads the whole item block by block and checks it, marking it
   /// checked; its storage lands at `destination` when that is set, and
   /// `landed` hears of each block there.
-  Status readAndCheck(TensorItem &item, char *destination, const Landed *landed);
+  Status readAndCheck(TensorItem &item, char *destination, const Landed *landed,
+                      const zip::ByteSource::BlockConsumer *sink = nullptr);
   Status checkItemAgainstKey(const TensorItem &item, const std::string &key,
                              const dcp::Dims &sizes) const;
   /// Where bytes item `key` lies.
