@@ -102,20 +102,29 @@ saveOnRanks(const plan::PlanFile &plan, const std::string &dir, uint32_t seed,
 }
 
 /// Every rank of `plan` loads `dir` and checks SEED's values.
+/// Every rank of `plan` loads `dir` with `options` and checks the values
+/// and model weights; `stats`, when given, gets each rank's figures.
 inline std::vector<Status> loadOnRanks(const plan::PlanFile &plan, const std::string &dir,
-                                       uint32_t seed, const BackendOf &backendOf = {}) {
+                                       uint32_t seed, const BackendOf &backendOf = {},
+                                       const LoadOptions &options = {},
+                                       std::vector<TransferStats> *stats = nullptr) {
   PerRank<Status> statuses(plan.worldSize());
+  PerRank<TransferStats> figures(plan.worldSize());
   onRanks(plan.worldSize(), [&](int64_t rank, std::unique_ptr<Communicator> comm) {
     Result<std::unique_ptr<Checkpointer>> opened =
         openAndAllocate(plan, std::move(comm), nullptr, backendOf);
     Status status = opened ? Status::success() : Status(opened.failure());
     if (status) {
-      Result<LoadResult> loaded = (*opened)->load(dir);
+      Result<LoadResult> loaded = (*opened)->load(dir, options);
+      if (loaded)
+        figures.values[rank] = loaded->stats;
       // The values loaded, and the model weights refreshed from them.
       status = loaded ? (*opened)->check(seed, {}, true) : Status(loaded.failure());
     }
     statuses.values[rank] = status;
   });
+  if (stats)
+    *stats = figures.values;
   return statuses.values;
 }
 

@@ -281,16 +281,21 @@ TEST(SimulatedDevice, SaveLoadAndReshardThroughCopiesOnly) {
   (void)storage->removeTree(work);
 }
 
+/// A 300x1000 tensor (1.2 MB) and a 7-element one, sharded over `ranks`.
+plan::ModelLayout bigAndSmall(int64_t ranks) {
+  plan::ModelLayout model = workedExample({ranks});
+  model.groups[0] = fsdp::testmodels::makeGroup("", {{"big"}, {"small"}}, {{300, 1000}, {7}},
+                                                {ranks}, {layout::Placement::Shard});
+  model.optimizerParams = {"big", "small"};
+  return model;
+}
+
 TEST(SimulatedDevice, LargeItemsThroughSmallStagingBlocks) {
   // 1.2 MB tensors staged through 16 KiB blocks (a 64 KiB pool for 2
   // workers): every block copied out, checksummed and written in turn.
   std::string work = tempDir();
   ASSERT_FALSE(work.empty());
-  plan::ModelLayout model = workedExample({2});
-  model.groups[0] = fsdp::testmodels::makeGroup("", {{"big"}, {"small"}}, {{300, 1000}, {7}}, {2},
-                                                {layout::Placement::Shard});
-  model.optimizerParams = {"big", "small"};
-  plan::PlanFile two = planFor(model);
+  plan::PlanFile two = planFor(bigAndSmall(2));
   PerRank<Status> saved(2);
   onRanks(2, [&](int64_t rank, std::unique_ptr<Communicator> comm) {
     Result<std::unique_ptr<Checkpointer>> opened =
@@ -309,37 +314,15 @@ TEST(SimulatedDevice, LargeItemsThroughSmallStagingBlocks) {
     saved.values[rank] = status;
   });
   expectAllOk(saved.values);
-  plan::PlanFile one = planFor([&] {
-    plan::ModelLayout single = model;
-    single.meshSizes = {1};
-    single.groups[0] = fsdp::testmodels::makeGroup("", {{"big"}, {"small"}}, {{300, 1000}, {7}},
-                                                   {1}, {layout::Placement::Shard});
-    return single;
-  }());
+  plan::PlanFile one = planFor(bigAndSmall(1));
   expectAllOk(loadOnRanks(one, work + "/first", 31));
   expectAllOk(loadOnRanks(one, work + "/second", 31));
   // Back onto devices of 3 ranks, in bands of 16 rows (two 64 KiB blocks a
-  // worker, one read into while the other's copy runs):
-  // 300 rows saved as 2 chunks land across band boundaries.
-  plan::ModelLayout threeRanks = model;
-  threeRanks.meshSizes = {3};
-  threeRanks.groups[0] = fsdp::testmodels::makeGroup("", {{"big"}, {"small"}}, {{300, 1000}, {7}},
-                                                     {3}, {layout::Placement::Shard});
-  plan::PlanFile three = planFor(threeRanks);
-  PerRank<Status> loaded(3);
-  onRanks(3, [&](int64_t rank, std::unique_ptr<Communicator> comm) {
-    Result<std::unique_ptr<Checkpointer>> opened =
-        openAndAllocate(three, std::move(comm), nullptr, slowDevice);
-    Status status = opened ? Status::success() : Status(opened.failure());
-    if (status) {
-      LoadOptions options;
-      options.stagingBytes = 64 << 10;
-      Result<LoadResult> result = (*opened)->load(work + "/second", options);
-      status = result ? (*opened)->check(31) : Status(result.failure());
-    }
-    loaded.values[rank] = status;
-  });
-  expectAllOk(loaded.values);
+  // worker, one read into while the other's copy runs): 300 rows saved as
+  // 2 chunks land across band boundaries.
+  LoadOptions options;
+  options.stagingBytes = 64 << 10;
+  expectAllOk(loadOnRanks(planFor(bigAndSmall(3)), work + "/second", 31, slowDevice, options));
   (void)createPosixStorage()->removeTree(work);
 }
 
@@ -350,46 +333,24 @@ TEST(SimulatedDevice, LoadsReadEachSavedByteOnceThroughSmallStaging) {
   // band's range). A reshard's partial chunks still go in bands.
   std::string work = tempDir();
   ASSERT_FALSE(work.empty());
-  plan::ModelLayout model = workedExample({2});
-  model.groups[0] = fsdp::testmodels::makeGroup("", {{"big"}, {"small"}}, {{300, 1000}, {7}}, {2},
-                                                {layout::Placement::Shard});
-  model.optimizerParams = {"big", "small"};
-  plan::PlanFile two = planFor(model);
+  plan::PlanFile two = planFor(bigAndSmall(2));
   expectAllOk(saveOnRanks(two, work + "/ckpt", 41));
-  auto loadWith = [&](const plan::PlanFile &plan, const BackendOf &backendOf) {
-    PerRank<uint64_t> read(plan.worldSize());
-    PerRank<Status> statuses(plan.worldSize());
-    onRanks(plan.worldSize(), [&](int64_t rank, std::unique_ptr<Communicator> comm) {
-      Result<std::unique_ptr<Checkpointer>> opened =
-          openAndAllocate(plan, std::move(comm), nullptr, backendOf);
-      Status status = opened ? Status::success() : Status(opened.failure());
-      if (status) {
-        LoadOptions options;
-        options.stagingBytes = 64 << 10;
-        options.threads = 2;
-        Result<LoadResult> result = (*opened)->load(work + "/ckpt", options);
-        status = result ? (*opened)->check(41, {}, true) : Status(result.failure());
-        if (result)
-          read.values[rank] = result->stats.bytesReadStorage;
-      }
-      statuses.values[rank] = status;
-    });
-    expectAllOk(statuses.values);
+  LoadOptions options;
+  options.stagingBytes = 64 << 10;
+  options.threads = 2;
+  auto bytesRead = [&](const plan::PlanFile &plan, const BackendOf &backendOf) {
+    std::vector<TransferStats> stats;
+    expectAllOk(loadOnRanks(plan, work + "/ckpt", 41, backendOf, options, &stats));
     uint64_t total = 0;
-    for (uint64_t bytes : read.values)
-      total += bytes;
+    for (const TransferStats &rank : stats)
+      total += rank.bytesReadStorage;
     return total;
   };
-  uint64_t host = loadWith(two, {});
-  uint64_t device = loadWith(two, slowDevice);
+  uint64_t host = bytesRead(two, {});
+  uint64_t device = bytesRead(two, slowDevice);
   EXPECT_GT(host, uint64_t(2 * 1200000)); // main weight and two optimizer states at least
   EXPECT_EQ(device, host);
-  plan::ModelLayout threeRanks = model;
-  threeRanks.meshSizes = {3};
-  threeRanks.groups[0] = fsdp::testmodels::makeGroup("", {{"big"}, {"small"}}, {{300, 1000}, {7}},
-                                                     {3}, {layout::Placement::Shard});
-  plan::PlanFile three = planFor(threeRanks);
-  EXPECT_GT(loadWith(three, slowDevice), 0u);
+  EXPECT_GT(bytesRead(planFor(bigAndSmall(3)), slowDevice), 0u);
   (void)createPosixStorage()->removeTree(work);
 }
 
