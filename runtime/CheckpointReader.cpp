@@ -495,13 +495,23 @@ Status CheckpointReader::readStorage(TensorItem &item, char *destination,
   return readAndCheck(item, destination, landed);
 }
 
-Status CheckpointReader::streamStorage(TensorItem &item,
+Status CheckpointReader::streamStorage(TensorItem &item, uint64_t offset, uint64_t count,
                                        const zip::ByteSource::BlockConsumer &sink) {
+  if (!inBounds(offset, count, item.record.storageBytes()))
+    return corrupt(item.path + ": read outside the item at " + std::to_string(item.itemOffset));
   if (!needsCheck(item)) {
-    bytesRead_ += item.record.storageBytes();
-    return item.file->readBlocks(item.dataOffset, item.record.storageBytes(), nullptr, sink);
+    bytesRead_ += count;
+    return item.file->readBlocks(item.dataOffset + offset, count, nullptr, sink);
   }
-  return readAndCheck(item, nullptr, nullptr, &sink);
+  // The whole item passes by for its check; the range's part of each block
+  // goes on.
+  zip::ByteSource::BlockConsumer part = [&](uint64_t at, const char *bytes, size_t size) {
+    uint64_t from = std::max(at, offset), to = std::min<uint64_t>(at + size, offset + count);
+    if (from >= to)
+      return Status::success();
+    return sink(from - offset, bytes + (from - at), static_cast<size_t>(to - from));
+  };
+  return readAndCheck(item, nullptr, nullptr, &part);
 }
 
 Status CheckpointReader::checkItem(TensorItem &item) {

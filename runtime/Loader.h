@@ -231,12 +231,11 @@ public:
           !status)
         return status;
     } else {
-      // Memory the host may not touch (a device). Saved chunks that land
-      // whole in the piece stream through the staging, each byte read and
-      // checked once.
+      // Memory the host may not touch (a device). Row-range chunks stream
+      // through the staging, each read and checked once.
       bool streamed = false;
-      if (Status status = streamWholeChunks(read.key, chunks, target, elementSize, *view,
-                                            pieceOffset, staging, streamed);
+      if (Status status = streamChunks(read.key, chunks, target, elementSize, *view, pieceOffset,
+                                       staging, streamed);
           !status)
         return status;
       if (streamed) {
@@ -277,24 +276,25 @@ public:
     return Status::success();
   }
 
-  /// When every saved chunk overlapping `target` lands whole, contiguously
-  /// and apart from the others in it (a load into the layout it was saved
-  /// from), streams each chunk's storage block by block into `staging` and
-  /// from there into the device piece at `pieceOffset` of `view`, and sets
-  /// `streamed`. Loading such a piece in bands would read each chunk twice
-  /// (its check reads it whole, each band its own range again: 0.55 x the
-  /// read ceiling on an H200's disk, measured by bench/gpu/run).
-  Status streamWholeChunks(const std::string &key, const std::vector<SavedChunk> &chunks,
-                           const layout::Box &target, uint64_t elementSize,
-                           const BufferView &view, uint64_t pieceOffset, BandStaging &staging,
-                           bool &streamed) {
+  /// When the part of every saved chunk overlapping `target` is one
+  /// contiguous run in its storage and in the piece, apart from the others
+  /// (row-range chunks and pieces, as Megatron-FSDP's are), streams each run
+  /// block by block into `staging` and from there into the device piece at
+  /// `pieceOffset` of `view`, and sets `streamed`. Each chunk is read once
+  /// (CheckpointReader::streamStorage). In bands, a chunk was read twice:
+  /// its check read it whole, then each band read its own range again
+  /// (0.55 x the read ceiling on an H200's disk, measured by bench/gpu/run).
+  Status streamChunks(const std::string &key, const std::vector<SavedChunk> &chunks,
+                      const layout::Box &target, uint64_t elementSize, const BufferView &view,
+                      uint64_t pieceOffset, BandStaging &staging, bool &streamed) {
     streamed = false;
-    struct Whole {
+    struct Run {
       TensorItem *item;
+      uint64_t source;      // byte offset in the item's storage
       uint64_t destination; // byte offset in the buffer
       uint64_t bytes;
     };
-    std::vector<Whole> wholes;
+    std::vector<Run> streams;
     int64_t covered = 0;
     std::vector<layout::CopyRun> runs;
     for (const SavedChunk &chunk : chunks) {
@@ -303,40 +303,41 @@ public:
         continue;
       runs.clear();
       layout::overlapRuns(source, target, runs);
-      int64_t elements = layout::boxElements(source);
-      if (runs.size() != 1 || runs[0].srcElementOffset != 0 || runs[0].count != elements)
+      if (runs.size() != 1)
         return Status::success();
       Result<TensorItem *> item = reader_.tensorItem(key, chunk);
       if (!item)
         return item.failure();
-      const zip::TensorRecord &record = (*item)->record;
-      if (!(*item)->contiguous || record.storageOffset != 0 ||
-          record.storageElements != static_cast<uint64_t>(elements))
+      if (!(*item)->contiguous)
         return Status::success();
-      wholes.push_back({*item,
-                        pieceOffset + static_cast<uint64_t>(runs[0].dstElementOffset) * elementSize,
-                        static_cast<uint64_t>(elements) * elementSize});
-      covered += elements;
+      const layout::CopyRun &run = runs[0];
+      uint64_t sourceElement =
+          (*item)->record.storageOffset + static_cast<uint64_t>(run.srcElementOffset);
+      streams.push_back({*item, sourceElement * elementSize,
+                         pieceOffset + static_cast<uint64_t>(run.dstElementOffset) * elementSize,
+                         static_cast<uint64_t>(run.count) * elementSize});
+      covered += run.count;
     }
-    std::sort(wholes.begin(), wholes.end(),
-              [](const Whole &a, const Whole &b) { return a.destination < b.destination; });
-    for (size_t i = 1; i < wholes.size(); ++i)
-      if (wholes[i - 1].destination + wholes[i - 1].bytes > wholes[i].destination)
+    std::sort(streams.begin(), streams.end(),
+              [](const Run &a, const Run &b) { return a.destination < b.destination; });
+    for (size_t i = 1; i < streams.size(); ++i)
+      if (streams[i - 1].destination + streams[i - 1].bytes > streams[i].destination)
         return Status::success(); // chunks overlapping each other: compared in bands
-    if (wholes.empty() || covered != layout::boxElements(target))
+    if (streams.empty() || covered != layout::boxElements(target))
       return Status::success(); // not covered: the band path words the error
     streamed = true;
-    for (const Whole &whole : wholes) {
+    for (const Run &run : streams) {
       char *block = nullptr;
       uint64_t blockStart = 0, blockBytes = 0, filled = 0;
       Status status = reader_.streamStorage(
-          *whole.item, [&](uint64_t at, const char *bytes, size_t size) -> Status {
-            if (at != blockStart + filled || at + size > whole.bytes)
+          *run.item, run.source, run.bytes,
+          [&](uint64_t at, const char *bytes, size_t size) -> Status {
+            if (at != blockStart + filled || at + size > run.bytes)
               return makeError(key + ": a streamed read out of order", ErrorKind::Internal);
             while (size) {
               if (!block) {
                 blockStart = at;
-                blockBytes = std::min(bandBytes_, whole.bytes - at);
+                blockBytes = std::min(bandBytes_, run.bytes - at);
                 filled = 0;
                 Result<char *> taken = staging.take(blockBytes);
                 if (!taken)
@@ -347,7 +348,7 @@ public:
               std::memcpy(block + filled, bytes, take);
               filled += take, bytes += take, size -= take, at += take;
               if (filled == blockBytes) {
-                char *device = static_cast<char *>(view.data) + whole.destination + blockStart;
+                char *device = static_cast<char *>(view.data) + run.destination + blockStart;
                 Status copied =
                     staging.copying(view.backend->copyIn(block, device, blockBytes), key);
                 block = nullptr;
@@ -579,9 +580,24 @@ private:
         runs[0].srcElementOffset == 0 &&
         static_cast<uint64_t>(runs[0].count) == item.record.storageElements)
       return reader_.readStorage(item, base + runs[0].dstElementOffset * elementSize, landed);
-    // A large item only partly needed is checked block by block first (its
-    // bytes not kept), then only the needed ranges are read: memory stays
-    // bounded whatever the item's size. A small one is read whole, once.
+    // A row-range chunk partly needed and not checked yet: the whole item
+    // passes by for its check, and its run is copied out on the way (read
+    // once, memory bounded whatever the item's size).
+    if (item.contiguous && runs.size() == 1 && reader_.needsCheck(item)) {
+      char *into = base + runs[0].dstElementOffset * elementSize;
+      Status status = reader_.streamStorage(
+          item, (item.record.storageOffset + runs[0].srcElementOffset) * elementSize,
+          runs[0].count * elementSize, [&](uint64_t at, const char *bytes, size_t size) {
+            std::memcpy(into + at, bytes, size);
+            return Status::success();
+          });
+      if (status)
+        tell();
+      return status;
+    }
+    // A large item only partly needed in several runs is checked block by
+    // block first (its bytes not kept), then only the needed ranges are
+    // read. A small one is read whole, once.
     if (item.contiguous && reader_.needsCheck(item) && item.record.storageBytes() > kWholeItemBytes)
       if (Status status = reader_.checkItem(item); !status)
         return status;

@@ -75,7 +75,6 @@ TEST(SimulatedDevice, CastsInDeviceMemory) {
   device->release(*model);
 }
 
-
 // CUDA refuses a copy whose host side crosses the edge of a registration;
 // the simulated device does too, so a caller that pins in pieces and copies
 // across them fails here and not only on a GPU.

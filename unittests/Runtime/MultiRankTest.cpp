@@ -14,6 +14,7 @@
 
 #include <cstring>
 #include <fcntl.h>
+#include <fstream>
 #include <unistd.h>
 #include <mutex>
 
@@ -290,6 +291,51 @@ plan::ModelLayout bigAndSmall(int64_t ranks) {
   return model;
 }
 
+TEST(MultiRank, AChunkOverSixtyFourMiBCutByAReshardIsReadOnce) {
+  // One rank saves a 71 MB weight (no optimizer); two ranks load half of
+  // it each. Its check reads it whole, and the half it needs is copied out
+  // on the way: a rank reads the item once. (It was checked, then its half
+  // read again: 1.5 times the item.)
+  std::string work = tempDir();
+  ASSERT_FALSE(work.empty());
+  auto huge = [](int64_t ranks) {
+    plan::ModelLayout model = workedExample({ranks});
+    model.optimizer.present = false;
+    model.optimizerParams.clear();
+    model.groups[0] = fsdp::testmodels::makeGroup("", {{"huge"}}, {{4352, 4096}}, {ranks},
+                                                  {layout::Placement::Shard});
+    return planFor(model);
+  };
+  expectAllOk(saveOnRanks(huge(1), work + "/ckpt", 51));
+  std::vector<TransferStats> stats;
+  expectAllOk(loadOnRanks(huge(2), work + "/ckpt", 51, {}, {}, &stats));
+  const uint64_t itemBytes = uint64_t(4352) * 4096 * 4;
+  ASSERT_EQ(stats.size(), 2u);
+  for (const TransferStats &rank : stats) {
+    EXPECT_GE(rank.bytesReadStorage, itemBytes);
+    EXPECT_LT(rank.bytesReadStorage, itemBytes + itemBytes / 8);
+  }
+  // A byte changed in the half rank 0 does not copy: rank 1 copied it, and
+  // both ranks' checks of the whole item find it, host or device.
+  {
+    std::fstream file(work + "/ckpt/__0_0.distcp", std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(file.good());
+    file.seekg(0, std::ios::end);
+    std::streamoff at = static_cast<std::streamoff>(file.tellg()) * 3 / 4;
+    file.seekg(at);
+    char byte = 0;
+    file.read(&byte, 1);
+    byte = static_cast<char>(byte ^ 0x5a);
+    file.seekp(at);
+    file.write(&byte, 1);
+  }
+  expectAllFailWith(loadOnRanks(huge(2), work + "/ckpt", 51), "checksum mismatch",
+                    ErrorKind::Corrupt);
+  expectAllFailWith(loadOnRanks(huge(2), work + "/ckpt", 51, slowDevice), "checksum mismatch",
+                    ErrorKind::Corrupt);
+  (void)createPosixStorage()->removeTree(work);
+}
+
 TEST(SimulatedDevice, LargeItemsThroughSmallStagingBlocks) {
   // 1.2 MB tensors staged through 16 KiB blocks (a 64 KiB pool for 2
   // workers): every block copied out, checksummed and written in turn.
@@ -327,10 +373,10 @@ TEST(SimulatedDevice, LargeItemsThroughSmallStagingBlocks) {
 }
 
 TEST(SimulatedDevice, LoadsReadEachSavedByteOnceThroughSmallStaging) {
-  // 1.2 MB chunks into device pieces through 64 KiB blocks: a chunk that
-  // lands whole streams through the staging, read and checked once, as a
-  // host load reads it (in bands it was read twice: its check, then each
-  // band's range). A reshard's partial chunks still go in bands.
+  // 1.2 MB chunks into device pieces through 64 KiB blocks: each row-range
+  // chunk streams through the staging, read and checked once, as a host
+  // load reads it (in bands it was read twice: its check, then each band's
+  // range), whole or cut by a reshard.
   std::string work = tempDir();
   ASSERT_FALSE(work.empty());
   plan::PlanFile two = planFor(bigAndSmall(2));
@@ -350,7 +396,12 @@ TEST(SimulatedDevice, LoadsReadEachSavedByteOnceThroughSmallStaging) {
   uint64_t device = bytesRead(two, slowDevice);
   EXPECT_GT(host, uint64_t(2 * 1200000)); // main weight and two optimizer states at least
   EXPECT_EQ(device, host);
-  EXPECT_GT(bytesRead(planFor(bigAndSmall(3)), slowDevice), 0u);
+  // Into 3 ranks, the 2 saved chunks are cut: each rank reads the chunks it
+  // needs part of, once (their check reads them whole), device or host.
+  plan::PlanFile three = planFor(bigAndSmall(3));
+  uint64_t hostResharded = bytesRead(three, {});
+  EXPECT_EQ(bytesRead(three, slowDevice), hostResharded);
+  EXPECT_LT(hostResharded, host * 2);
   (void)createPosixStorage()->removeTree(work);
 }
 

@@ -165,10 +165,13 @@ public:
   /// checking the item the first time; `landed`, when given, hears of each
   /// block as it lands, while it is still in cache.
   Status readStorage(TensorItem &item, char *destination, const Landed *landed = nullptr);
-  /// The item's whole storage handed to `sink` block by block, in order,
-  /// checking the item the first time (a mismatch fails after the last
-  /// block): for memory the host may not touch, staged as it streams.
-  Status streamStorage(TensorItem &item, const zip::ByteSource::BlockConsumer &sink);
+  /// Bytes [offset, offset + count) of the item's storage handed to `sink`
+  /// block by block, in order (positions from `offset`). The first time, the
+  /// whole item is read and checked on the way (a mismatch fails after the
+  /// last block), so a range is read once, not for its check and again for
+  /// its bytes; after that, the range alone is read.
+  Status streamStorage(TensorItem &item, uint64_t offset, uint64_t count,
+                       const zip::ByteSource::BlockConsumer &sink);
   /// Checks the item without keeping its bytes (one block of memory),
   /// unless it is checked already.
   Status checkItem(TensorItem &item);
