@@ -148,7 +148,7 @@ Status readWholeTensor(CheckpointReader &reader, const Exported &tensor, char *o
   Result<RankBuffers> buffers = RankBuffers::wrap(plan, {{{0, plan::BufferRole::MainWeight}, out}});
   if (!buffers)
     return buffers.failure();
-  Loader loader(reader, 0);
+  Loader loader(reader);
   if (Status status = loader.plan(plan.reads); !status)
     return status;
   BandStaging staging; // unused: host memory

@@ -203,7 +203,7 @@ Result<LoadResult> loadCheckpoint(const plan::RankPlan &plan, RankBuffers &buffe
   std::vector<int64_t> owners; // per position of order: the member reading it
   int64_t member = options.replicas ? options.replicas->group().rank() : 0;
   if (status)
-    loader.emplace(**reader, deviceBandBytes(options));
+    loader.emplace(**reader);
   // The small tensors the plan does not save (live tensor items, say): the
   // committing rank, which holds every key of the plan, lists them, and
   // once every rank has loaded its pieces, hands the list to all.

@@ -147,8 +147,9 @@ struct Overlap {
 /// Reads this rank's pieces out of a checkpoint through the one reader.
 class Loader {
 public:
-  Loader(CheckpointReader &reader, uint64_t bandBytes) : reader_(reader), bandBytes_(bandBytes) {}
-  /// The most host staging one band of a device piece takes, from now on.
+  explicit Loader(CheckpointReader &reader) : reader_(reader) {}
+  /// The most host staging one band of a device piece takes (the size of a
+  /// staging block): set before device pieces are loaded.
   void setBandBytes(uint64_t bandBytes) { bandBytes_ = bandBytes; }
 
   /// Finds the saved chunks every read needs (through the chunk index when
@@ -337,7 +338,8 @@ public:
             while (size) {
               if (!block) {
                 blockStart = at;
-                blockBytes = std::min(bandBytes_, run.bytes - at);
+                // No band set (no pool): the rest of the run at once.
+                blockBytes = bandBytes_ ? std::min(bandBytes_, run.bytes - at) : run.bytes - at;
                 filled = 0;
                 Result<char *> taken = staging.take(blockBytes);
                 if (!taken)
@@ -648,7 +650,7 @@ private:
 
   CheckpointReader &reader_;
   std::vector<std::vector<SavedChunk>> planned_; // per read: the saved chunks it needs
-  uint64_t bandBytes_;                 // the most host staging one band of a device piece takes
+  uint64_t bandBytes_ = 0;             // the most host staging one band of a device piece takes
   std::atomic<uint64_t> bytesRead_{0}; // pieces loaded, by every worker
 };
 
