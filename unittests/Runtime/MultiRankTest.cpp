@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "MultiRank.h"
+#include "fsdp/Runtime/CheckpointReader.h"
 #include "fsdp/Runtime/FileSource.h"
 #include "fsdp/Runtime/Protocol.h"
 
@@ -334,6 +335,52 @@ TEST(MultiRank, AChunkOverSixtyFourMiBCutByAReshardIsReadOnce) {
   expectAllFailWith(loadOnRanks(huge(2), work + "/ckpt", 51, slowDevice), "checksum mismatch",
                     ErrorKind::Corrupt);
   (void)createPosixStorage()->removeTree(work);
+}
+
+TEST(CheckpointReader, StreamsARangeCheckingTheWholeItemOnce) {
+  std::string work = tempDir();
+  ASSERT_FALSE(work.empty());
+  expectAllOk(saveOnRanks(planFor(bigAndSmall(1)), work + "/ckpt", 61));
+  std::unique_ptr<Storage> storage = createPosixStorage();
+  Result<std::unique_ptr<CheckpointReader>> reader =
+      CheckpointReader::open(work + "/ckpt", *storage);
+  ASSERT_TRUE(reader) << reader.error();
+  const std::string key = "model.big";
+  Result<std::vector<SavedChunk>> chunks = (*reader)->chunksOf(key);
+  ASSERT_TRUE(chunks && chunks->size() == 1u);
+  Result<TensorItem *> item = (*reader)->tensorItem(key, chunks->front());
+  ASSERT_TRUE(item) << item.error();
+  uint64_t storageBytes = (*item)->record.storageBytes();
+  ASSERT_EQ(storageBytes, uint64_t(300 * 1000 * 4));
+  std::string whole(storageBytes, '\0');
+  ASSERT_TRUE((*item)->file->read((*item)->dataOffset, whole.data(), storageBytes));
+  auto stream = [&](uint64_t offset, uint64_t count, std::string &out) {
+    out.clear();
+    return (*reader)->streamStorage(**item, offset, count,
+                                    [&](uint64_t at, const char *bytes, size_t size) {
+                                      EXPECT_EQ(at, out.size()); // in order, from the offset
+                                      out.append(bytes, size);
+                                      return Status::success();
+                                    });
+  };
+  // The first time the whole item is read (and checked); the range alone
+  // goes on. After that, only the range is read.
+  std::string got;
+  uint64_t before = (*reader)->bytesRead();
+  ASSERT_TRUE(stream(400000, 500000, got));
+  EXPECT_EQ(got, whole.substr(400000, 500000));
+  EXPECT_GE((*reader)->bytesRead() - before, storageBytes);
+  before = (*reader)->bytesRead();
+  ASSERT_TRUE(stream(1000, 3000, got));
+  EXPECT_EQ(got, whole.substr(1000, 3000));
+  EXPECT_EQ((*reader)->bytesRead() - before, 3000u);
+  // A range past the item's storage is refused before anything is read.
+  Status outside = stream(storageBytes - 10, 11, got);
+  ASSERT_FALSE(outside);
+  EXPECT_EQ(outside.kind(), ErrorKind::Corrupt);
+  EXPECT_NE(outside.error().find("read outside the item"), std::string::npos) << outside.error();
+  EXPECT_TRUE(got.empty());
+  (void)storage->removeTree(work);
 }
 
 TEST(SimulatedDevice, LargeItemsThroughSmallStagingBlocks) {
