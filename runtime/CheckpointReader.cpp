@@ -327,6 +327,7 @@ Result<const zip::ByteSource *> CheckpointReader::file(const std::string &name) 
     if (!opened)
       return propagate(opened, printable(opened.error()));
     slot = opened.take();
+    slot->allowDirectReads(options_.directReads);
   }
   return slot.get();
 }

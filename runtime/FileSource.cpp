@@ -365,7 +365,7 @@ Status FileSource::readBlocks(uint64_t offset, uint64_t count, char *into,
   if (count < kMappedReadMinimum)
     return ByteSource::readBlocks(offset, count, into, consume);
   double missing = missingShare(offset, count);
-  if (count >= kDirectReadMinimum && missing > kDirectMissingShare) {
+  if (directAllowed_ && count >= kDirectReadMinimum && missing > kDirectMissingShare) {
     int fd = directDescriptor();
     char *blocks = fd >= 0 ? directBlocks() : nullptr;
     if (blocks)

@@ -187,6 +187,7 @@ Result<LoadResult> loadCheckpoint(const plan::RankPlan &plan, RankBuffers &buffe
   LoadResult result;
   ReaderOptions readerOptions;
   readerOptions.verifyItems = options.verifyChecksums;
+  readerOptions.directReads = options.directReads;
   // Our checkpoints' chunk index: no rank parses `.metadata` (near 1 GB at
   // scale) or `.fsdp-index`; each reads the index pages its pieces need.
   readerOptions.useChunkIndex = true;

@@ -52,10 +52,14 @@ inline Result<BufferView> pieceBuffer(const plan::ReadItem &read, const RankBuff
   return view;
 }
 
-/// Bands of a device piece this large are read direct when cold (the reader
-/// reads ranges of 16 MiB and more with direct I/O), and their copies in
-/// are few and long.
-constexpr uint64_t kDeviceBandBytes = uint64_t(32) << 20;
+/// Each of a worker's two pinned staging blocks for a device piece. Streamed
+/// chunks are read in the reader's own direct-I/O blocks whatever this is;
+/// smaller blocks pin less and stay nearer the cache. On an H200's host, in
+/// four interleaved rounds of cold loads, 4 MiB blocks took 3.37-3.44 s,
+/// 8 MiB 3.42-3.65 and 32 MiB 3.54-3.73 (bench/gpu/run). Bands (chunks that
+/// are not row ranges) are read through the cache at this size: direct
+/// reads start at 16 MiB.
+constexpr uint64_t kDeviceBandBytes = uint64_t(4) << 20;
 
 /// One worker's host staging for pieces in memory the host may not touch: a
 /// band is read into one block while the band before it is still being

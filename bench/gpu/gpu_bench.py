@@ -438,42 +438,30 @@ def figures(r):
     files = files_of(ours)
     data_files = [f for f in files if f.endswith(".distcp")]
 
-    # Loads: the read ceiling right before each, in the same cache state.
-    for cache in ("cold", "warm"):
-        if r.left() < 4 * min(saves) + 20:
-            note(f"skipping the {cache} load (deadline)")
-            break
-        # Cold: the best of buffered and direct reads, the cache dropped
-        # before each. Warm: buffered reads of files read once before.
-        methods = READ_METHODS if cache == "cold" else \
-            (("warm-up", False, 1), ("buffered", False, 1))
-        for method, direct, per_thread in methods:
-            if cache == "cold":
-                drop_cache(files)
+    # Cold loads: rounds of the read ceiling then ours and its variants, the
+    # cache dropped before each (cold_rounds). Warm: the ceiling after a first
+    # read, then ours with --check 1.
+    if r.left() < 4 * min(saves) + 20:
+        note("skipping the loads (deadline)")
+    else:
+        cold_rounds(r, res, ours, files, data_files, plan)
+    if "load_cold_s" in res and r.left() >= 4 * min(saves) + 20:
+        for method in ("warm-up", "buffered"):
             try:
-                seconds, res["read_bytes"] = read_ceiling(data_files, T * per_thread, direct)
+                seconds, res["read_bytes"] = read_ceiling(data_files, T)
             except OSError as error:
-                r.step(f"figures: read ceiling ({cache}, {method})", False, repr(error))
+                r.step(f"figures: read ceiling (warm, {method})", False, repr(error))
                 continue
-            if method == "warm-up":
-                continue
-            res.setdefault(f"ceiling_read_{cache}_methods", {})[method] = round(seconds, 3)
-            if seconds < res.get(f"ceiling_read_{cache}_s", float("inf")):
-                res[f"ceiling_read_{cache}_s"], res[f"ceiling_read_{cache}_method"] = seconds, method
-        if cache == "cold":
-            drop_cache(files)
-        check = ["--check", 1] if cache == "warm" else []
-        rc, out, err, _ = r.ckpt("load", "--dir", ours, *base, *check)
+            if method == "buffered":
+                res["ceiling_read_warm_methods"] = {method: round(seconds, 3)}
+                res["ceiling_read_warm_s"], res["ceiling_read_warm_method"] = seconds, method
+        rc, out, err, _ = r.ckpt("load", "--dir", ours, *base, "--check", 1)
         t = seconds_in(out)
         if rc or t is None:
-            r.step(f"figures: load ({cache})" + (" --check 1" if check else ""), False,
-                   f"{out}{err}(exit status {rc})", rc=rc)
-            continue
-        if check:
+            r.step("figures: load (warm) --check 1", False, f"{out}{err}(exit status {rc})", rc=rc)
+        else:
             r.step("figures: warm load --check 1 (the figures' checkpoint)", True, out)
-        res[f"load_{cache}_s"] = t
-        if cache == "cold":
-            cold_variants(r, res, ours, files, plan)
+            res["load_warm_s"] = t
     shutil.rmtree(ours, ignore_errors=True)
 
     # Async saves: the first, then a repeated one over it, in one process (--repeat 2: the
@@ -563,36 +551,78 @@ READ_METHODS = (
 )
 
 
-# Other ways to load the same checkpoint cold, each after dropping the cache:
-# what the device path is up against (the host path on the same disk) and
-# its settings (more workers; staging blocks of other sizes: 2 a worker,
-# pinned within the load's time).
+# Other ways to load the same checkpoint cold, in every round beside the
+# default: the host path on the same disk (what the device path is up
+# against), reads through the page cache instead of direct ones, and
+# staging blocks of another size (2 a worker, pinned within the load's time).
 COLD_VARIANTS = (
     ("host buffers", ["--device", "cpu"]),
-    ("16 workers", ["--threads", "16"]),
-    ("64 MiB blocks", ["--staging-mb", "1024"]),
+    ("buffered reads", ["--buffered-io"]),
+    ("host buffers, buffered reads", ["--device", "cpu", "--buffered-io"]),
     ("8 MiB blocks", ["--staging-mb", "128"]),
 )
 
 
-def cold_variants(r, res, ours, files, plan):
+def median(values):
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def cold_rounds(r, res, ours, files, data_files, plan):
+    """Up to --cold-rounds rounds, each: the read ceiling (buffered and
+    O_DIRECT, the faster counts; the first round also O_DIRECT with 4 x the
+    threads), then our cold load and each variant in a rotating order, the
+    cache dropped before every read. Ratios are taken within a round; the
+    medians and spreads are reported."""
     a = r.args
-    for label, extra in COLD_VARIANTS:
-        if r.left() < 4 * res["load_cold_s"] + 60:
-            note(f"skipping the cold load variant '{label}' (deadline)")
-            break
-        argv = ["--plan", plan, "--threads", a.threads, *r.device_flags()]
-        for flag in extra[::2]:  # a variant's flag replaces the base's
-            if flag in argv:
-                at = argv.index(flag)
-                del argv[at:at + 2]
-        drop_cache(files)
-        rc, out, err, _ = r.ckpt("load", "--dir", ours, *argv, *extra)
-        t = seconds_in(out)
-        if rc or t is None:
-            r.step(f"figures: cold load ({label})", False, f"{out}{err}(exit status {rc})", rc=rc)
-            continue
-        res.setdefault("load_cold_variants", []).append((label, " ".join(extra), t))
+    T = a.threads
+    loads = [("default", [])] + list(COLD_VARIANTS)
+    rounds = []
+    for number in range(a.cold_rounds):
+        if rounds:
+            per_load = median([x for rnd in rounds for x in rnd["loads"].values()])
+            cost = (len(loads) + 2) * per_load + 10
+            # Leave room for the warm load, the async saves and DCP.
+            reserve = 12 * per_load + (0 if a.no_dcp else 8 * min(res["save_s"])) + 30
+            if r.left() < cost + reserve:
+                note(f"cold rounds: stopping after {len(rounds)} (deadline)")
+                break
+        ceilings = {}
+        for method, direct, per_thread in READ_METHODS[:None if number == 0 else 2]:
+            drop_cache(files)
+            try:
+                seconds, res["read_bytes"] = read_ceiling(data_files, T * per_thread, direct)
+            except OSError as error:
+                r.step(f"figures: read ceiling (cold, {method})", False, repr(error))
+                continue
+            ceilings[method] = round(seconds, 3)
+        if not ceilings:
+            return
+        timings = {}
+        shift = number % len(loads)
+        for label, extra in loads[shift:] + loads[:shift]:
+            argv = ["--plan", plan, "--threads", T, *r.device_flags()]
+            for flag in extra[::2]:  # a variant's flag replaces the base's
+                if flag in argv:
+                    at = argv.index(flag)
+                    del argv[at:at + 2]
+            drop_cache(files)
+            rc, out, err, _ = r.ckpt("load", "--dir", ours, *argv, *extra)
+            t = seconds_in(out)
+            if rc or t is None:
+                r.step(f"figures: cold load ({label}, round {number + 1})", False,
+                       f"{out}{err}(exit status {rc})", rc=rc)
+                return
+            timings[label] = t
+        best = min(ceilings, key=ceilings.get)
+        rounds.append({"ceilings_s": ceilings, "ceiling_s": ceilings[best],
+                       "ceiling_method": best, "loads": timings})
+        note(f"cold round {number + 1}: ceiling {ceilings} s, loads {timings} s")
+    if not rounds:
+        return
+    res["cold_rounds"] = rounds
+    res["load_cold_s"] = median([rnd["loads"]["default"] for rnd in rounds])
 
 
 def prod(shape):
@@ -662,13 +692,29 @@ def report(r, res):
                          f"GB/s = {td / t:.2f} x (bar {BAR_LOAD_VS_DCP}: "
                          f"{bar(td / t >= BAR_LOAD_VS_DCP)}; DCP's values "
                          f"{'round-tripped' if dcp[f'dcp_load_{cache}'].get('roundtrip_ok') else 'DID NOT round-trip'})")
-    if "ceiling_read_cold_s" in res:
-        ceil = res["read_bytes"] / res["ceiling_read_cold_s"]
-        for label, flags, t in res.get("load_cold_variants", []):
-            r.emit("load", B / t / GB, ceil / GB, B / t / ceil, cache="cold", variant=flags,
-                   **common)
-            lines.append(f"  load (cold, {label}: {flags}) {B / t / GB:.2f} GB/s = "
-                         f"{B / t / ceil:.2f} x ceiling")
+    rounds = res.get("cold_rounds", [])
+    labels = [label for label in rounds[0]["loads"]] if rounds else []
+    for label in sorted(labels, key=lambda x: x != "default"):
+        # Ours over the ceiling of the same round, then the median and spread.
+        ratios = [(B / rnd["loads"][label]) / (res["read_bytes"] / rnd["ceiling_s"])
+                  for rnd in rounds]
+        speeds = [B / rnd["loads"][label] / GB for rnd in rounds]
+        ceilings = [res["read_bytes"] / rnd["ceiling_s"] / GB for rnd in rounds]
+        flags = " ".join(str(x) for x in dict(COLD_VARIANTS).get(label, []))
+        is_default = label == "default"
+        r.emit("load", median(speeds), median(ceilings), median(ratios), cache="cold",
+               bar=BAR_LOAD_VS_CEILING if is_default else None,
+               **({} if is_default else {"variant": flags}), rounds=len(rounds),
+               ratio_min=round(min(ratios), 3), ratio_max=round(max(ratios), 3),
+               ceiling_methods=[rnd["ceiling_method"] for rnd in rounds],
+               ceilings_s=[rnd["ceilings_s"] for rnd in rounds],
+               loads_s=[round(rnd["loads"][label], 3) for rnd in rounds], **common)
+        what = "load (cold)" if is_default else f"load (cold, {label}: {flags})"
+        lines.append(f"  {what} {median(speeds):.2f} GB/s vs {T} threads reading the files "
+                     f"{median(ceilings):.2f} GB/s = {median(ratios):.2f} x ceiling (median of "
+                     f"{len(rounds)} interleaved rounds, {min(ratios):.2f}-{max(ratios):.2f})" +
+                     (f" (bar {BAR_LOAD_VS_CEILING}: "
+                      f"{bar(median(ratios) >= BAR_LOAD_VS_CEILING)})" if is_default else ""))
     d2h = res.get("d2h")
     for label in ("first", "repeat"):
         if f"stall_{label}" not in res:
@@ -699,7 +745,7 @@ def report(r, res):
                  "file, the fastest; load: the checkpoint's files read by the threads, 64 MiB "
                  "preads into a buffer each, cold after posix_fadvise(DONTNEED) on both sides, "
                  "buffered, O_DIRECT, and O_DIRECT with 4 x the threads, the fastest; "
-                 "warm: buffered, after a first read; "
+                 "warm: buffered, after a first read; cold rounds: the ceiling, then our loads in a rotating order; "
                  "times as fsdp-ckpt reports them; DCP: one process, no process group, "
                  "tensors on the same device)")
     return lines
@@ -721,6 +767,9 @@ def main():
     parser.add_argument("--no-dcp", action="store_true")
     parser.add_argument("--skip-roundtrip", action="store_true")
     parser.add_argument("--skip-figures", action="store_true")
+    parser.add_argument("--cold-rounds", type=int, default=5,
+                        help="interleaved rounds of the read ceiling and our cold loads (fewer "
+                             "when the deadline nears)")
     args = parser.parse_args()
     os.makedirs(args.workdir, exist_ok=True)
     r = Runner(args)

@@ -312,10 +312,16 @@ int run(int argc, char **argv) {
                      "communicator), communicator, nccl (these two also for a group of one: a "
                      "check), or none (every rank reads all it loads)")
         ->check(CLI::IsMember({"auto", "communicator", "nccl", "none"}));
+  load->add_flag("--buffered-io", bufferedIO,
+                 "Read through the page cache (default: cold ranges of 16 MiB and more with "
+                 "direct I/O)");
+  reshard->add_flag("--buffered-io", bufferedIO,
+                    "Read and write through the page cache (default: direct I/O where the file "
+                    "system takes it)");
+  save->add_flag("--buffered-io", bufferedIO,
+                 "Write through the page cache (default: direct I/O where the file system "
+                 "takes it)");
   for (CLI::App *command : {save, reshard}) {
-    command->add_flag("--buffered-io", bufferedIO,
-                      "Write through the page cache (default: direct I/O where the file system "
-                      "takes it)");
     command
         ->add_option("--write-depth", writeDepth,
                      "Direct writes in flight per data file (default 8)")
@@ -547,6 +553,7 @@ int run(int argc, char **argv) {
   loadOptions.threads = threads;
   loadOptions.stagingBytes = (stagingMb << 20) / (2 * (threads ? threads : defaultThreads()));
   loadOptions.syncModelWeights = !noSync && !reshard->parsed();
+  loadOptions.directReads = !bufferedIO;
   loadOptions.readTensorItems = false; // nothing here uses them
   loadOptions.keys = keys;
   loadOptions.progress = progressPrinter(load->parsed() ? "load" : "reshard", speaks);

@@ -114,6 +114,9 @@ public:
   /// 1 MiB, each read ahead of 32 MiB by `prefetch`.
   virtual Status readBlocks(uint64_t offset, uint64_t count, char *into,
                             const BlockConsumer &consume) const;
+  /// Whether cold ranges may bypass the page cache (direct I/O, where the
+  /// source has it). Set before the first read.
+  virtual void allowDirectReads(bool allowed) { (void)allowed; }
 };
 
 /// Bytes in memory (not copied; must outlive the source).

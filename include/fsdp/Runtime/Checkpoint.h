@@ -170,11 +170,14 @@ struct LoadOptions {
   bool syncModelWeights = true;
   /// Worker threads loading pieces (0: the machine's cores, at most 8).
   unsigned threads = 0;
-  /// Host staging for buffers the host may not touch: a device piece is
-  /// loaded in bands of whole rows of at most this size, each worker
-  /// reading a band into one of its two (pinned) blocks while the other's
-  /// is copied in (0: 32 MiB, at most a 256th of the machine's memory).
+  /// Host staging for buffers the host may not touch: each worker streams
+  /// a device piece through two pinned blocks of this size, one filled
+  /// while the other's copy in runs (0: 4 MiB, at most a 256th of the
+  /// machine's memory).
   uint64_t stagingBytes = 0;
+  /// Cold ranges of 16 MiB and more are read with direct I/O; off: through
+  /// the page cache, with readahead.
+  bool directReads = true;
   bool verifyChecksums = true;
   ProgressCallback progress;
   /// Told once what a user should know (a checkpoint without an index).

@@ -82,6 +82,9 @@ struct ReaderOptions {
   /// choice); metadata(), find() and storageOf() then know nothing. A chunk
   /// index that is damaged fails the open (kind corrupt).
   bool useChunkIndex = false;
+  /// Read cold ranges of data files with direct I/O (16 MiB and more); off:
+  /// everything through the page cache.
+  bool directReads = true;
 };
 
 /// A key as a load needs it: bytes item or tensor, dtype, global shape.

@@ -29,6 +29,8 @@ public:
   /// file that shrinks meanwhile is an error in every case.
   Status readBlocks(uint64_t offset, uint64_t count, char *into,
                     const BlockConsumer &consume) const override;
+  /// Off: no direct reads, every range through the cache or a mapping.
+  void allowDirectReads(bool allowed) override { directAllowed_ = allowed; }
   /// More than an eighth of the range's pages missing from the cache.
   bool cold(uint64_t offset, uint64_t count) const override;
   /// The share of the range's pages the page cache lacks, counted without
@@ -57,6 +59,7 @@ private:
   uint64_t size_;
   mutable std::once_flag directOpened_;
   mutable int directFd_ = -1;
+  bool directAllowed_ = true;
   mutable std::atomic<uint64_t> directBytes_{0};
   mutable std::atomic<uint64_t> mappedBytes_{0};
 };
