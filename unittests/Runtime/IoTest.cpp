@@ -127,6 +127,8 @@ std::string coldFile(const std::string &dir, const std::string &bytes) {
   return path;
 }
 
+Status acceptAll(uint64_t, const char *, size_t) { return Status::success(); }
+
 TEST(DirectReads, AColdRangeIsReadInOrderIntoTheDestination) {
   std::string dir = tempDir();
   ASSERT_FALSE(dir.empty());
@@ -160,6 +162,35 @@ TEST(DirectReads, AColdRangeIsReadInOrderIntoTheDestination) {
   (void)createPosixStorage()->removeTree(dir);
 }
 
+TEST(DirectReads, TurnedOffAColdRangeIsReadThroughTheCache) {
+  // The same cold range, read direct by default and through the cache when
+  // direct reads are off (LoadOptions::directReads): the same bytes, and
+  // then they are cached.
+  std::string dir = tempDir();
+  ASSERT_FALSE(dir.empty());
+  std::string bytes = pattern(24u << 20, 9);
+  uint64_t offset = 4097, count = bytes.size() - offset;
+  for (bool direct : {true, false}) {
+    auto source = FileSource::open(coldFile(dir, bytes));
+    ASSERT_TRUE(source) << source.error();
+    if ((*source)->missingShare(offset, count) < 0.9)
+      GTEST_SKIP() << "this file system keeps evicted files in its cache";
+    (*source)->allowDirectReads(direct);
+    std::string destination(count, '\0');
+    ASSERT_TRUE((*source)->readBlocks(offset, count, destination.data(), acceptAll));
+    EXPECT_TRUE(destination == bytes.substr(offset, count)) << (direct ? "direct" : "buffered");
+    if (direct && (*source)->directBytes() == 0)
+      GTEST_SKIP() << "this file system reads through the cache (no O_DIRECT)";
+    EXPECT_EQ((*source)->directBytes(), direct ? count : 0u);
+    double missing = (*source)->missingShare(offset, count);
+    if (direct)
+      EXPECT_GT(missing, 0.9); // direct reads leave the cache as it was
+    else
+      EXPECT_LT(missing, 0.1);
+  }
+  (void)createPosixStorage()->removeTree(dir);
+}
+
 TEST(DirectReads, AWarmRangeIsReadThroughTheCache) {
   std::string dir = tempDir();
   ASSERT_FALSE(dir.empty());
@@ -178,8 +209,6 @@ TEST(DirectReads, AWarmRangeIsReadThroughTheCache) {
   EXPECT_EQ((*source)->directBytes(), 0u);
   (void)createPosixStorage()->removeTree(dir);
 }
-
-Status acceptAll(uint64_t, const char *, size_t) { return Status::success(); }
 
 /// Reads [offset, offset + count) of `path` through the page cache, and no
 /// more (readahead off).

@@ -292,6 +292,16 @@ plan::ModelLayout bigAndSmall(int64_t ranks) {
   return model;
 }
 
+/// One 4352x4096 weight (71 MB), no optimizer, sharded over `ranks`.
+plan::PlanFile hugeWeight(int64_t ranks) {
+  plan::ModelLayout model = workedExample({ranks});
+  model.optimizer.present = false;
+  model.optimizerParams.clear();
+  model.groups[0] = fsdp::testmodels::makeGroup("", {{"huge"}}, {{4352, 4096}}, {ranks},
+                                                {layout::Placement::Shard});
+  return planFor(model);
+}
+
 TEST(MultiRank, AChunkOverSixtyFourMiBCutByAReshardIsReadOnce) {
   // One rank saves a 71 MB weight (no optimizer); two ranks load half of
   // it each. Its check reads it whole, and the half it needs is copied out
@@ -299,14 +309,7 @@ TEST(MultiRank, AChunkOverSixtyFourMiBCutByAReshardIsReadOnce) {
   // read again: 1.5 times the item.)
   std::string work = tempDir();
   ASSERT_FALSE(work.empty());
-  auto huge = [](int64_t ranks) {
-    plan::ModelLayout model = workedExample({ranks});
-    model.optimizer.present = false;
-    model.optimizerParams.clear();
-    model.groups[0] = fsdp::testmodels::makeGroup("", {{"huge"}}, {{4352, 4096}}, {ranks},
-                                                  {layout::Placement::Shard});
-    return planFor(model);
-  };
+  auto huge = hugeWeight;
   expectAllOk(saveOnRanks(huge(1), work + "/ckpt", 51));
   std::vector<TransferStats> stats;
   expectAllOk(loadOnRanks(huge(2), work + "/ckpt", 51, {}, {}, &stats));
@@ -334,6 +337,46 @@ TEST(MultiRank, AChunkOverSixtyFourMiBCutByAReshardIsReadOnce) {
                     ErrorKind::Corrupt);
   expectAllFailWith(loadOnRanks(huge(2), work + "/ckpt", 51, slowDevice), "checksum mismatch",
                     ErrorKind::Corrupt);
+  (void)createPosixStorage()->removeTree(work);
+}
+
+TEST(MultiRank, LoadsWithoutDirectReadsReadColdFilesThroughTheCache) {
+  // A cold 71 MB item: read direct by default (the page cache stays
+  // without it), through the cache with LoadOptions::directReads off (then
+  // it is cached); the values are right both ways, on host and device.
+  std::string work = tempDir();
+  ASSERT_FALSE(work.empty());
+  expectAllOk(saveOnRanks(hugeWeight(1), work + "/ckpt", 53));
+  std::string data = work + "/ckpt/__0_0.distcp";
+  auto missing = [&] {
+    int fd = ::open(data.c_str(), O_RDONLY);
+    EXPECT_GE(fd, 0);
+    ::fsync(fd);
+    ::close(fd);
+    auto probe = FileSource::open(data);
+    return probe ? (*probe)->missingShare(0, (*probe)->size()) : -1.0;
+  };
+  auto drop = [&] {
+    int fd = ::open(data.c_str(), O_RDONLY);
+    ::fsync(fd);
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+  };
+  drop();
+  if (missing() < 0.9)
+    GTEST_SKIP() << "this file system keeps evicted files in its cache";
+  for (const BackendOf &backendOf : {BackendOf{}, BackendOf(slowDevice)}) {
+    for (bool direct : {true, false}) {
+      drop();
+      LoadOptions options;
+      options.directReads = direct;
+      expectAllOk(loadOnRanks(hugeWeight(1), work + "/ckpt", 53, backendOf, options));
+      if (direct)
+        EXPECT_GT(missing(), 0.5) << "read through the cache though direct reads were on";
+      else
+        EXPECT_LT(missing(), 0.1) << "not read through the cache";
+    }
+  }
   (void)createPosixStorage()->removeTree(work);
 }
 
