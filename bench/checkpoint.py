@@ -14,9 +14,13 @@ ceiling first:
              depth 8) and fio buffered writes of the same bytes per rank,
              fsynced, every rank's file at once;
   load cold  `fsdp-ckpt load` after posix_fadvise(DONTNEED) on every file
-             against the fastest of the same fio methods, and of deeper ones
-             (2 and 4 jobs per file at queue depth 16, io_uring at 32),
-             reading the checkpoint's own files from a dropped cache;
+             against the fastest of the same fio methods, of deeper ones
+             (2 and 4 jobs per file at queue depth 16, io_uring at 32), and of
+             16 and 32 threads a file reading 32 MiB direct into huge pages
+             (bench/rawio.py), reading the checkpoint's own files from a
+             dropped cache; beside
+             it, not a bar, the same load reading through the page cache
+             (--buffered-io);
   load warm  the load with every file in the page cache against the fastest
              copy and xxh3 of every byte, block by block (fsdp-bench-memcpy-xxh3:
              memcpy in 256 KiB, 1 MiB and 8 MiB blocks, pread of the cached
@@ -44,6 +48,7 @@ import sys
 import tempfile
 import time
 from cache import drop_cache, warm_cache
+from rawio import read_ceiling
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe"]
@@ -103,6 +108,16 @@ READ_METHODS.update({
 })
 
 
+# Reads by plain threads into huge-page buffers (bench/rawio.py): fio's buffers are in 4 KiB
+# pages, so each of its direct requests is cut at the disk's segment limit (254 segments,
+# about 1 MiB, here), as the runtime's, in huge pages, are not. {name: (threads per file,
+# pread size)}.
+THREAD_READ_METHODS = {
+    "O_DIRECT huge pages 16 threads/file 32M": (16, 32 << 20),
+    "O_DIRECT huge pages 32 threads/file 32M": (32, 32 << 20),
+}
+
+
 def fio_seconds(rw, files, sizes, method):
     """Seconds of fio doing `rw` on every file at once, as fio itself times the I/O (its
     start-up and file handling left out; the end fsync of a write included): the bytes over
@@ -131,6 +146,11 @@ def fio_methods(rw, files, sizes, cold_files=None):
         if cold_files:
             drop_cache(cold_files)
         times[name] = fio_seconds(rw, files, sizes, method)
+    if rw == "read":
+        for name, (per_file, block) in THREAD_READ_METHODS.items():
+            if cold_files:
+                drop_cache(cold_files)
+            times[name] = read_ceiling(files, per_file * len(files), True, block)[0]
     return times
 
 
@@ -270,10 +290,10 @@ def round_trip(tools, plan, casts, ckdir, work, threads, ours_first=True):
     figures = {"save": against(t_save, writes, total)}
     every_file = [os.path.join(ckdir, f) for f in os.listdir(ckdir)]
 
-    def cold_load():
+    def cold_load(*extra):
         drop_cache(every_file)
         return reported_seconds(MPIRUN + ["-np", "2", ckpt, "load", "--plan", plan, "--dir",
-                                          ckdir, "--threads", str(threads)])
+                                          ckdir, "--threads", str(threads), *extra])
     # Cold load: the checkpoint's own files read by fio, after the cache is dropped.
     if ours_first:
         t_cold = cold_load()
@@ -282,6 +302,8 @@ def round_trip(tools, plan, casts, ckdir, work, threads, ours_first=True):
         reads = fio_methods("read", files, sizes, cold_files=every_file)
         t_cold = cold_load()
     figures["load_cold"] = against(t_cold, reads, total)
+    # Beside it (not a bar): the same cold load reading through the page cache.
+    figures["load_cold_buffered"] = against(cold_load("--buffered-io"), reads, total)
     # Warm load: every byte copied from the page cache and checked, nothing less.
     warm_cache(every_file)
     t_warm = reported_seconds(MPIRUN + ["-np", "2", ckpt, "load", "--plan", plan, "--dir", ckdir,
@@ -332,13 +354,16 @@ def main():
             rounds = [round_trip(bin_dir, plan, casts, ckdir, work, threads, ours_first=i % 2 == 0)
                       for i in range(args.rounds)]
             summary.append(f"  {threads} thread{'s' if threads > 1 else ''} per rank:")
-            for figure in ("save", "load_cold", "load_warm", "load_warm_cast",
-                           "save_stall"):
+            for figure in ("save", "load_cold", "load_cold_buffered", "load_warm",
+                           "load_warm_cast", "save_stall"):
                 samples = [r[figure] for r in rounds]
                 ratios = [ceiling / ours for ours, ceiling, *_ in samples]
                 ratio = statistics.median(ratios)
                 methods = sorted({s[3] for s in samples})
                 name, _, cache = figure.partition("_")
+                variant = None
+                if figure == "load_cold_buffered":
+                    cache, variant = "cold", "--buffered-io"
                 if figure == "save_stall":
                     ours = statistics.median(s[0] for s in samples)
                     ref = statistics.median(s[1] for s in samples)
@@ -367,12 +392,15 @@ def main():
                              for m in samples[0][4]}
                 best = min(by_method, key=by_method.get)
                 emit(name, ours, ref, ratio, threads=threads, cache=cache or None,
+                     **({"variant": variant} if variant else {}),
                      min=round(min(ratios), 3), max=round(max(ratios), 3), rounds=len(ratios),
                      ceiling=" / ".join(methods), best_method=best,
                      ratio_best_method=round(by_method[best], 3))
-                summary.append(f"    {figure:10s} {ours:.2f} GB/s vs {ref:.2f} GB/s "
+                label = "  --buffered-io" if variant else f"{figure:10s}"
+                summary.append(f"    {label} {ours:.2f} GB/s vs {ref:.2f} GB/s "
                                f"({' / '.join(methods)}): ratio {ratio:.2f} "
-                               f"({min(ratios):.2f}-{max(ratios):.2f}; bar 0.9); against "
+                               f"({min(ratios):.2f}-{max(ratios):.2f}"
+                               f"{'; not a bar' if variant else '; bar 0.9'}); against "
                                f"{best} alone {by_method[best]:.2f}")
         print(f"\nsummary: {total / 1e9:.2f} GB checkpoint over 2 ranks, {args.rounds} rounds, ours "
               "and its ceiling in turn; medians (min-max of the per-round ratios)")
@@ -380,7 +408,7 @@ def main():
         print("  ceilings: save, the fastest of fio O_DIRECT (queue depth 32 and 8, and 4 jobs per "
               "file) and buffered "
               "writes of the same bytes per rank, fsynced; cold load, the fastest of the same "
-              "methods and deeper ones (2 and 4 jobs per file at queue depth 16, io_uring at 32) "
+              "methods and deeper ones (2 and 4 jobs per file at queue depth 16, io_uring at 32; 16 and 32 threads a file into huge pages) "
               "reading the checkpoint's own files after the cache is dropped; warm load, "
               "the fastest copy and xxh3 of every byte (memcpy in 256 KiB, 1 MiB and 8 MiB "
               "blocks, pread of the cached files in 256 KiB and 1 MiB: what a checked load "

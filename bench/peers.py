@@ -4,6 +4,8 @@ resources (2 gloo processes, the same writer threads) and the same cache state, 
 
 Systems (each saves, loads cold and loads warm, round after round, in turn):
   ours                    fm.Checkpointer over the plan, the job's gloo group as communicator
+  ours-buffered           the same checkpointer, loading with direct_reads=False (cold
+                          ranges through the page cache, as the peers read)
   dcp                     torch.distributed.checkpoint, FileSystemWriter() as it comes
   dcp-best                FileSystemWriter(thread_count=THREADS, single_file_per_rank=True)
   torch-checkpointing     CheckpointManager, synchronous saver, file_write_max_threads=THREADS
@@ -47,7 +49,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from cache import drop_cache, warm_cache  # noqa: E402
 
-SYSTEMS = ["ours", "dcp", "dcp-best", "torch-checkpointing", "bytecheckpoint"]
+SYSTEMS = ["ours", "ours-buffered", "dcp", "dcp-best", "torch-checkpointing", "bytecheckpoint"]
 
 
 def fsync_files(paths):
@@ -95,18 +97,20 @@ def peer_state(metadata, mesh, rank, world):
 
 
 class Ours:
-    def __init__(self, plan, threads):
+    def __init__(self, plan, threads, direct_reads=True, checkpointer=None):
         import fsdp_mlir as fm
-        self.ck = fm.Checkpointer(plan, comm=dist.group.WORLD)
-        self.ck.allocate()
-        self.ck.fill(1)
-        self.threads = threads
+        self.ck = checkpointer
+        if self.ck is None:
+            self.ck = fm.Checkpointer(plan, comm=dist.group.WORLD)
+            self.ck.allocate()
+            self.ck.fill(1)
+        self.threads, self.direct_reads = threads, direct_reads
 
     def save(self, path):
         self.ck.save(path, overwrite=True, threads=self.threads)
 
     def load(self, path):
-        self.ck.load(path, threads=self.threads)
+        self.ck.load(path, threads=self.threads, direct_reads=self.direct_reads)
 
     def save_async(self, path):
         return self.ck.save_async(path, overwrite=True, threads=self.threads)
@@ -251,7 +255,9 @@ def worker(rank, world, port, plan, work, threads, rounds, systems, out):
     errors = {}
     for name in systems:
         try:
-            if name == "dcp":
+            if name == "ours-buffered":  # the same buffers: no second copy in memory
+                made[name] = Ours(plan, threads, False, made["ours"].ck)
+            elif name == "dcp":
                 made[name] = Dcp(state)
             elif name == "dcp-best":
                 made[name] = Dcp(state, threads)
@@ -309,6 +315,8 @@ def worker(rank, world, port, plan, work, threads, rounds, systems, out):
         # Its staging memory given back before the next system makes its own.
         for key in [key for key, value in made.items() if value is system]:
             made[key] = None
+        if name == "ours":  # ours-buffered holds the same buffers
+            made["ours-buffered"] = None
         asynchronous[name] = system = handle = None
         gc.collect()
     if rank == 0:
@@ -338,7 +346,8 @@ def main():
     mp.spawn(worker, args=(2, port, args.plan, args.work, args.threads, args.rounds, systems, out),
              nprocs=2, join=True)
     gb = out["bytes"] / 1e9
-    settings = {"ours": f"threads={args.threads}", "dcp": "FileSystemWriter() defaults",
+    settings = {"ours": f"threads={args.threads}",
+                "ours-buffered": f"threads={args.threads}, direct_reads=False", "dcp": "FileSystemWriter() defaults",
                 "dcp-best": f"thread_count={args.threads}, single_file_per_rank=True",
                 "torch-checkpointing": f"sync saver, file_write_max_threads={args.threads}, "
                                        "use_direct_io=False, fsynced by the bench",

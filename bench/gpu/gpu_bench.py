@@ -25,23 +25,19 @@ usage: gpu_bench.py --ckpt BIN --plans DIR --device cuda|cpu --out DIR
                     [--skip-figures]
 """
 import argparse
-import ctypes
 import json
-import mmap
 import os
 import re
 import shutil
 import subprocess
 import sys
-import threading
 import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from cache import drop_cache  # noqa: E402 (bench/cache.py)
+from rawio import read_ceiling, write_ceiling  # noqa: E402 (bench/rawio.py)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GB = 1e9
-BLOCK = 64 << 20
-PAGE = 4096
 
 # The one-H200 bars (docs/GPU.md, "The bars").
 BAR_SAVE_VS_CEILING = 0.9
@@ -141,134 +137,6 @@ def files_of(directory):
 
 def dir_bytes(directory):
     return sum(os.path.getsize(f) for f in files_of(directory))
-
-
-def aligned_block(size, fill=None):
-    """A page-aligned buffer (an anonymous mapping) of SIZE bytes, touched."""
-    block = mmap.mmap(-1, size)
-    block.write(fill if fill is not None else b"\x01" * size)
-    return block
-
-
-def write_ceiling(work, nbytes, files, direct=False, per_file=1, preallocate=False):
-    """Seconds to write and fsync NBYTES into FILES files at once, 64 MiB writes
-    from one non-zero buffer. PER_FILE threads write each file, each its own
-    contiguous part by pwrite at its offsets (PER_FILE writes in flight per
-    file, as a queue that deep would keep). DIRECT: with O_DIRECT from a
-    page-aligned buffer, parts rounded up to whole pages. PREALLOCATE: each
-    file's blocks reserved (posix_fallocate) before the clock starts."""
-    source = memoryview(aligned_block(BLOCK, os.urandom(BLOCK)))
-    per_path = -(-nbytes // files)
-    paths = [os.path.join(work, f"ceiling{i}.bin") for i in range(files)]
-    errors = []
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | (os.O_DIRECT if direct else 0)
-    fds = []
-    try:
-        for i, path in enumerate(paths):
-            fds.append(os.open(path, flags, 0o644))
-            size = max(0, min(per_path, nbytes - i * per_path))
-            if preallocate and size:
-                os.posix_fallocate(fds[-1], 0, -(-size // PAGE) * PAGE)
-
-        def writer(fd, offset, size):
-            try:
-                end = offset + size
-                while offset < end:
-                    take = min(BLOCK, end - offset)
-                    if direct:
-                        take = -(-take // PAGE) * PAGE
-                    offset += os.pwrite(fd, source[:take], offset)
-            except OSError as error:
-                errors.append(error)
-
-        jobs = []
-        for i, fd in enumerate(fds):
-            size = max(0, min(per_path, nbytes - i * per_path))
-            # Parts in whole 64 MiB writes (pages for the last), so direct
-            # offsets stay aligned.
-            part = -(-size // (per_file * BLOCK)) * BLOCK
-            for j in range(per_file):
-                offset = j * part
-                if offset < size:
-                    jobs.append((fd, offset, min(part, size - offset)))
-        workers = [threading.Thread(target=writer, args=job) for job in jobs]
-        start = time.perf_counter()
-        for w in workers:
-            w.start()
-        for w in workers:
-            w.join()
-        for fd in fds:
-            os.fsync(fd)
-        seconds = time.perf_counter() - start
-    finally:
-        for fd in fds:
-            os.close(fd)
-        for p in paths:
-            if os.path.exists(p):
-                os.remove(p)
-    if errors:
-        raise errors[0]
-    return seconds
-
-
-def read_ceiling(paths, threads, direct=False):
-    """Seconds for THREADS threads to read every byte of the files (the bytes
-    cut into THREADS contiguous ranges), 64 MiB preads into a buffer of each
-    thread's own; and the bytes read. DIRECT: with O_DIRECT into page-aligned
-    buffers, each range widened to whole pages."""
-    extents = []  # (path, offset, length) over all files, in order
-    for path in paths:
-        size = os.path.getsize(path)
-        extents.append((path, 0, size))
-    total = sum(e[2] for e in extents)
-    part = -(-total // threads)
-    ranges = [[] for _ in range(threads)]
-    position = 0
-    for path, _, size in extents:
-        offset = 0
-        while offset < size:
-            t = min(position // part, threads - 1)
-            take = min(size - offset, (t + 1) * part - position) if t < threads - 1 else size - offset
-            ranges[t].append((path, offset, take))
-            offset += take
-            position += take
-    errors = []
-    # Each thread's buffer, allocated and touched before the clock starts.
-    buffers = [aligned_block(-(-min(BLOCK, max(1, part)) // PAGE) * PAGE) for _ in range(threads)]
-
-    def reader(work, buf):
-        try:
-            view = memoryview(buf)
-            block = len(buf)
-            for path, offset, length in work:
-                fd = os.open(path, os.O_RDONLY | (os.O_DIRECT if direct else 0))
-                try:
-                    end = offset + length
-                    if direct:
-                        end = min(-(-end // PAGE) * PAGE, -(-os.fstat(fd).st_size // PAGE) * PAGE)
-                        offset = offset // PAGE * PAGE
-                    while offset < end:
-                        got = os.preadv(fd, [view[:min(block, end - offset)]], offset)
-                        if got <= 0 and direct and offset >= os.fstat(fd).st_size:
-                            break  # the file's last page, read short
-                        if got <= 0:
-                            raise OSError(f"short read of {path} at {offset}")
-                        offset += got
-                finally:
-                    os.close(fd)
-        except OSError as error:
-            errors.append(error)
-
-    workers = [threading.Thread(target=reader, args=(r, b)) for r, b in zip(ranges, buffers)]
-    start = time.perf_counter()
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
-    seconds = time.perf_counter() - start
-    if errors:
-        raise errors[0]
-    return seconds, total
 
 
 D2H_TORCH = r"""
@@ -398,35 +266,53 @@ def figures(r):
     ours = os.path.join(work, "ours")
     base = ["--plan", plan, "--threads", T, *dev]
 
-    # Save (twice, the disk ceiling between them; the better one reported).
-    saves = []
-    for i in range(2):
-        if i and r.left() < 3 * res["save_s"][0] + 30:
-            note("skipping the second save (deadline)")
-            break
-        rc, out, err, _ = r.ckpt("save", "--dir", ours, "--fill", 1, *base,
-                                 *(["--overwrite"] if i else []),
-                                 "--stats-json", os.path.join(work, "save-stats.json"))
-        t = seconds_in(out)
-        if rc or t is None:
-            r.step(f"figures: save #{i + 1}", False, f"{out}{err}(exit status {rc})", rc=rc)
-            return res
-        saves.append(t)
-        res["save_s"] = saves
-        if i == 0:
-            files = files_of(ours)
-            res["disk_bytes"] = dir_bytes(ours)
-            # The best of buffered and direct writes of the same bytes, one
-            # writer per file and (direct, preallocated) four.
+    # Saves: rounds of our save and the write ceiling (its methods in turn), ours first in
+    # even rounds and last in odd ones; a ratio per round, the median and spread reported.
+    saves, rounds = [], []
+    for number in range(a.save_rounds):
+        if saves:
+            per_save = median(saves)
+            # Leave room for the loads (a cold round of 7 and the warm one), the async saves
+            # and DCP.
+            reserve = 30 * per_save + (0 if a.no_dcp else 8 * per_save) + 30
+            if r.left() < (len(WRITE_METHODS) + 1) * per_save + 10 + reserve:
+                note(f"save rounds: stopping after {len(rounds)} (deadline)")
+                break
+        ceilings = {}
+
+        def ceiling():
+            # The best of buffered and direct writes of the same bytes, one writer per file
+            # and (direct, preallocated) four.
             for method, direct, per_file, prealloc in WRITE_METHODS:
                 try:
-                    seconds = write_ceiling(work, res["disk_bytes"], T, direct, per_file, prealloc)
+                    seconds = write_ceiling(work, res["disk_bytes"], T, direct, per_file,
+                                            prealloc)
                 except OSError as error:
                     r.step(f"figures: write ceiling ({method})", False, repr(error))
                     continue
-                res.setdefault("ceiling_write_methods", {})[method] = round(seconds, 3)
-                if seconds < res.get("ceiling_write_s", float("inf")):
-                    res["ceiling_write_s"], res["ceiling_write_method"] = seconds, method
+                ceilings[method] = round(seconds, 3)
+
+        if number % 2:
+            ceiling()
+        rc, out, err, _ = r.ckpt("save", "--dir", ours, "--fill", 1, *base,
+                                 *(["--overwrite"] if number else []),
+                                 "--stats-json", os.path.join(work, "save-stats.json"))
+        t = seconds_in(out)
+        if rc or t is None:
+            r.step(f"figures: save (round {number + 1})", False, f"{out}{err}(exit status {rc})",
+                   rc=rc)
+            return res
+        saves.append(t)
+        res["save_s"] = saves
+        res["disk_bytes"] = dir_bytes(ours)
+        if number % 2 == 0:
+            ceiling()
+        if ceilings:
+            best = min(ceilings, key=ceilings.get)
+            rounds.append({"save_s": t, "ceilings_s": ceilings, "ceiling_s": ceilings[best],
+                           "ceiling_method": best})
+            note(f"save round {number + 1}: ours {t:.3f} s, ceiling {ceilings} s")
+    res["save_rounds"] = rounds
     spec = json.loads(subprocess.run([a.ckpt, "inspect", ours, "--json"], check=True,
                                      capture_output=True, text=True).stdout)
     spec_path = os.path.join(work, "spec.json")
@@ -536,8 +422,8 @@ def figures(r):
 
 
 # The ceilings' methods: (name, O_DIRECT, writers per file, preallocated) for
-# writes (one file per thread), (name, O_DIRECT, readers per thread) for cold
-# reads. Four per file or thread keep that many more requests in flight, as
+# writes (one file per thread), (name, O_DIRECT, readers per thread, pread
+# size) for cold reads. Direct I/O buffers are in huge pages (bench/rawio.py). Four per file or thread keep that many more requests in flight, as
 # the runtime's direct writes (8 per file) and reads do.
 WRITE_METHODS = (
     ("buffered", False, 1, False),
@@ -545,9 +431,10 @@ WRITE_METHODS = (
     ("O_DIRECT, 4 writers a file, preallocated", True, 4, True),
 )
 READ_METHODS = (
-    ("buffered", False, 1),
-    ("O_DIRECT", True, 1),
-    ("O_DIRECT, 4 x the threads", True, 4),
+    ("buffered", False, 1, 64 << 20),
+    ("O_DIRECT", True, 1, 64 << 20),
+    ("O_DIRECT, 4 x the threads", True, 4, 64 << 20),
+    ("O_DIRECT, 8 x the threads, 32 MiB preads", True, 8, 32 << 20),
 )
 
 
@@ -570,11 +457,11 @@ def median(values):
 
 
 def cold_rounds(r, res, ours, files, data_files, plan):
-    """Up to --cold-rounds rounds, each: the read ceiling (buffered and
-    O_DIRECT, the faster counts; the first round also O_DIRECT with 4 x the
-    threads), then our cold load and each variant in a rotating order, the
-    cache dropped before every read. Ratios are taken within a round; the
-    medians and spreads are reported."""
+    """Up to --cold-rounds rounds, each: the read ceiling (the first round
+    every method of READ_METHODS, later rounds buffered and the fastest
+    direct method of the first; the fastest counts), then our cold load and
+    each variant in a rotating order, the cache dropped before every read.
+    Ratios are taken within a round; the medians and spreads are reported."""
     a = r.args
     T = a.threads
     loads = [("default", [])] + list(COLD_VARIANTS)
@@ -589,10 +476,17 @@ def cold_rounds(r, res, ours, files, data_files, plan):
                 note(f"cold rounds: stopping after {len(rounds)} (deadline)")
                 break
         ceilings = {}
-        for method, direct, per_thread in READ_METHODS[:None if number == 0 else 2]:
+        methods = READ_METHODS
+        if rounds:
+            first = rounds[0]["ceilings_s"]
+            fastest_direct = min((m for m in first if m != "buffered"), key=first.get,
+                                 default=None)
+            methods = [m for m in READ_METHODS if m[0] in ("buffered", fastest_direct)]
+        for method, direct, per_thread, block in methods:
             drop_cache(files)
             try:
-                seconds, res["read_bytes"] = read_ceiling(data_files, T * per_thread, direct)
+                seconds, res["read_bytes"] = read_ceiling(data_files, T * per_thread, direct,
+                                                          block)
             except OSError as error:
                 r.step(f"figures: read ceiling (cold, {method})", False, repr(error))
                 continue
@@ -642,24 +536,27 @@ def report(r, res):
     common = dict(threads=T, device=device, bytes=B)
     lines = [f"figures: {P / GB:.2f} GB of tensors ({B / GB:.2f} GB on disk) on 1 rank, "
              f"device {device}, {T} threads (ours and every reference)"]
-    save_s = min(res["save_s"])
+    save_s = median(res["save_s"])
     dcp = res.get("dcp", {})
 
     def bar(ok):
         return "met" if ok else "MISSED"
 
-    if "ceiling_write_s" in res:
-        ours, ceil = B / save_s, B / res["ceiling_write_s"]
-        r.emit("save", ours / GB, ceil / GB, ours / ceil, bar=BAR_SAVE_VS_CEILING,
-               saves_s=[round(s, 3) for s in res["save_s"]],
-               ceiling_method=res["ceiling_write_method"],
-               ceiling_methods_s=res["ceiling_write_methods"], **common)
-        lines.append(f"  save {ours / GB:.2f} GB/s (best of {len(res['save_s'])}: "
-                     f"{', '.join(f'{s:.2f}' for s in res['save_s'])} s) vs {T} threads writing+"
-                     f"fsyncing the same bytes {ceil / GB:.2f} GB/s "
-                     f"({res['ceiling_write_method']}, the best of {res['ceiling_write_methods']} "
-                     f"s) = {ours / ceil:.2f} x ceiling "
-                     f"(bar {BAR_SAVE_VS_CEILING}: {bar(ours / ceil >= BAR_SAVE_VS_CEILING)})")
+    rounds = res.get("save_rounds", [])
+    if rounds:
+        ratios = [rnd["ceiling_s"] / rnd["save_s"] for rnd in rounds]
+        ours, ceil = median([B / rnd["save_s"] for rnd in rounds]), \
+            median([B / rnd["ceiling_s"] for rnd in rounds])
+        r.emit("save", ours / GB, ceil / GB, median(ratios), bar=BAR_SAVE_VS_CEILING,
+               rounds=len(rounds), ratio_min=round(min(ratios), 3),
+               ratio_max=round(max(ratios), 3),
+               saves_s=[round(rnd["save_s"], 3) for rnd in rounds],
+               ceiling_methods=[rnd["ceiling_method"] for rnd in rounds],
+               ceilings_s=[rnd["ceilings_s"] for rnd in rounds], **common)
+        lines.append(f"  save {ours / GB:.2f} GB/s vs {T} threads writing+fsyncing the same "
+                     f"bytes {ceil / GB:.2f} GB/s = {median(ratios):.2f} x ceiling (median of "
+                     f"{len(rounds)} interleaved rounds, {min(ratios):.2f}-{max(ratios):.2f}; "
+                     f"bar {BAR_SAVE_VS_CEILING}: {bar(median(ratios) >= BAR_SAVE_VS_CEILING)})")
     if "dcp_save" in dcp:
         t = dcp["dcp_save"]["seconds"]
         r.emit("save", P / save_s / GB, P / t / GB, t / save_s, vs="dcp", threads=T,
@@ -740,12 +637,13 @@ def report(r, res):
                       if "dcp_async_save" in dcp else ""))
     if not dcp:
         lines.append(f"  PyTorch DCP: not measured ({res.get('dcp_skipped', 'see above')})")
-    lines.append("  (save: ours vs the same byte count written and fsynced into one file a thread, "
-                 "64 MiB writes, buffered, O_DIRECT, and O_DIRECT with 4 writers a preallocated "
-                 "file, the fastest; load: the checkpoint's files read by the threads, 64 MiB "
-                 "preads into a buffer each, cold after posix_fadvise(DONTNEED) on both sides, "
-                 "buffered, O_DIRECT, and O_DIRECT with 4 x the threads, the fastest; "
-                 "warm: buffered, after a first read; cold rounds: the ceiling, then our loads in a rotating order; "
+    lines.append("  (save: rounds of ours and the same byte count written and fsynced into one "
+                 "file a thread, 64 MiB writes, buffered, O_DIRECT, and O_DIRECT with 4 writers "
+                 "a preallocated file, the fastest; cold load: rounds of the checkpoint's files "
+                 "read by the threads, 64 MiB preads into a buffer each, buffered, O_DIRECT, "
+                 "O_DIRECT with 4 x the threads, and with 8 x the threads and 32 MiB preads "
+                 "(direct buffers in huge pages), the fastest, then our loads in a rotating "
+                 "order, the cache dropped before each; warm: buffered, after a first read; "
                  "times as fsdp-ckpt reports them; DCP: one process, no process group, "
                  "tensors on the same device)")
     return lines
@@ -767,6 +665,9 @@ def main():
     parser.add_argument("--no-dcp", action="store_true")
     parser.add_argument("--skip-roundtrip", action="store_true")
     parser.add_argument("--skip-figures", action="store_true")
+    parser.add_argument("--save-rounds", type=int, default=3,
+                        help="interleaved rounds of our save and the write ceiling (fewer when "
+                             "the deadline nears)")
     parser.add_argument("--cold-rounds", type=int, default=5,
                         help="interleaved rounds of the read ceiling and our cold loads (fewer "
                              "when the deadline nears)")

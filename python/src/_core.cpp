@@ -885,11 +885,12 @@ public:
 
   nb::dict load(const std::string &dir, bool syncModelWeights, unsigned threads,
                 bool verifyChecksums, nb::handle progress, std::vector<std::string> only,
-                std::vector<std::string> exclude) {
+                std::vector<std::string> exclude, bool directReads) {
     LoadOptions options;
     options.syncModelWeights = syncModelWeights;
     options.threads = checkedThreads(threads);
     options.verifyChecksums = verifyChecksums;
+    options.directReads = directReads;
     options.keys.only = std::move(only);
     options.keys.exclude = std::move(exclude);
     auto raised = std::make_shared<CallbackRaised>();
@@ -1031,7 +1032,8 @@ NB_MODULE(_core, m) {
       .def("agree", &PyCheckpointer::agree, "local_error"_a)
       .def("load", &PyCheckpointer::load, "dir"_a, "sync_model_weights"_a = true,
            "threads"_a = 0u, "verify_checksums"_a = true, "progress"_a.none() = nb::none(),
-           "only"_a = std::vector<std::string>(), "exclude"_a = std::vector<std::string>())
+           "only"_a = std::vector<std::string>(), "exclude"_a = std::vector<std::string>(),
+           "direct_reads"_a = true)
       .def("load_hf", &PyCheckpointer::loadHf, "dir"_a, "names"_a, "prefixes"_a,
            "sync_model_weights"_a = true, "threads"_a = 0u, "progress"_a.none() = nb::none());
 

@@ -532,6 +532,23 @@ def test_save_load_round_trip(tmp_path, ck, plan1):
             assert torch.equal(other.tensor(0, b["role"]), ck.tensor(0, b["role"])), b["role"]
 
 
+def test_load_reading_through_the_page_cache(tmp_path, ck, plan1):
+    # direct_reads=False (cold ranges through the page cache, not direct I/O) loads the same
+    # values; which way the bytes come is tested in the runtime's unit tests.
+    ck.fill(23)
+    ck.save(tmp_path / "ck")
+    for name in os.listdir(tmp_path / "ck"):
+        fd = os.open(tmp_path / "ck" / name, os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+    other = fm.Checkpointer(plan1)
+    other.allocate()
+    other.load(tmp_path / "ck", direct_reads=False)
+    other.check(23)
+    with pytest.raises(TypeError):
+        other.load(tmp_path / "ck", direct_read=False)  # a misspelt option is an error
+
+
 def test_load_without_syncing_model_weights(tmp_path, ck, plan1):
     ck.fill(2)
     ck.save(tmp_path / "ck")

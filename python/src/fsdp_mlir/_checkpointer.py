@@ -347,7 +347,8 @@ class Checkpointer:
         return SaveHandle(handle, bar, self)
 
     def load(self, dir, sync_model_weights=True, *, progress=None, threads=0,
-             verify_checksums=True, source="dcp", key_map=None, only=None, exclude=None):
+             verify_checksums=True, source="dcp", key_map=None, only=None, exclude=None,
+             direct_reads=True):
         """Loads `dir` (any DCP checkpoint, any saved layout) into this
         plan's layout (collective); returns this rank's stats, "step" (the
         optimizer step found, or None), "bytes_items" ({key: bytes}: every
@@ -363,7 +364,10 @@ class Checkpointer:
         names): each rank reads the byte ranges of its own pieces, cast to
         the main-weight dtype; the optimizer state is zeroed and "step" is
         0. Its tensor names are FQNs; key_map renames them: a dict {name:
-        fqn or None (left out)}, or a callable name -> fqn or None."""
+        fqn or None (left out)}, or a callable name -> fqn or None.
+
+        direct_reads=False reads a DCP checkpoint's cold ranges through the
+        page cache (default: ranges of 16 MiB and more with direct I/O)."""
         self._collective("load")
         self._agreed_checks("load", lambda: self._check_bindings("load"))
         if source not in ("dcp", "hf"):
@@ -386,7 +390,8 @@ class Checkpointer:
             else:
                 result = self._core.load(path, bool(sync_model_weights), _threads(threads),
                                          bool(verify_checksums), bar.callback,
-                                         _prefixes(only, "only"), _prefixes(exclude, "exclude"))
+                                         _prefixes(only, "only"), _prefixes(exclude, "exclude"),
+                                         bool(direct_reads))
         finally:
             bar.close()
         self._sync_device()
