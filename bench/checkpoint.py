@@ -15,10 +15,12 @@ ceiling first:
              fsynced, every rank's file at once;
   load cold  `fsdp-ckpt load` after posix_fadvise(DONTNEED) on every file
              against the fastest of the same fio methods, of deeper ones
-             (2 and 4 jobs per file at queue depth 16, io_uring at 32), and of
+             (2 and 4 jobs per file at queue depth 16, io_uring at 32), of
              16 and 32 threads a file reading 32 MiB direct into huge pages
-             (bench/rawio.py), reading the checkpoint's own files from a
-             dropped cache; beside
+             (bench/rawio.py), and of the load's own reads without its checks
+             (fsdp-bench-direct-read: kernel AIO into huge pages, 4 streams a
+             file at depth 8 and 16, 8 at 8), reading the checkpoint's own
+             files from a dropped cache; beside
              it, not a bar, the same load reading through the page cache
              (--buffered-io);
   load warm  the load with every file in the page cache against the fastest
@@ -116,6 +118,16 @@ THREAD_READ_METHODS = {
     "O_DIRECT huge pages 16 threads/file 32M": (16, 32 << 20),
     "O_DIRECT huge pages 32 threads/file 32M": (32, 32 << 20),
 }
+# The load's own read shape and deeper ones, without its checks and copies: kernel AIO into
+# huge pages (fsdp-bench-direct-read). {name: its arguments}.
+AIO_READ_METHODS = {
+    "O_DIRECT AIO huge pages 4 streams/file qd8 8M": ["--streams", "4", "--depth", "8",
+                                                      "--block-mib", "8"],
+    "O_DIRECT AIO huge pages 4 streams/file qd16 16M": ["--streams", "4", "--depth", "16",
+                                                        "--block-mib", "16"],
+    "O_DIRECT AIO huge pages 8 streams/file qd8 8M": ["--streams", "8", "--depth", "8",
+                                                      "--block-mib", "8"],
+}
 
 
 def fio_seconds(rw, files, sizes, method):
@@ -139,8 +151,9 @@ def fio_seconds(rw, files, sizes, method):
     return job["io_bytes"] / job["bw_bytes"]
 
 
-def fio_methods(rw, files, sizes, cold_files=None):
-    """{method: seconds} of every raw method, each run in the same cache state."""
+def fio_methods(rw, files, sizes, cold_files=None, tools=None):
+    """{method: seconds} of every raw method, each run in the same cache state (reads: also
+    the AIO ones, with the bench programs in `tools`)."""
     times = {}
     for name, method in WRITE_METHODS.items() if rw == "write" else READ_METHODS.items():
         if cold_files:
@@ -151,6 +164,14 @@ def fio_methods(rw, files, sizes, cold_files=None):
             if cold_files:
                 drop_cache(cold_files)
             times[name] = read_ceiling(files, per_file * len(files), True, block)[0]
+        for name, argv in AIO_READ_METHODS.items() if tools else ():
+            if cold_files:
+                drop_cache(cold_files)
+            out = subprocess.run([os.path.join(tools, "fsdp-bench-direct-read"), *argv, *files],
+                                 check=True, capture_output=True, text=True).stdout.split()
+            if int(out[1]) < sum(sizes):
+                sys.exit(f"bench: fsdp-bench-direct-read read {out[1]} of {sum(sizes)} bytes")
+            times[name] = float(out[0])
     return times
 
 
@@ -297,9 +318,9 @@ def round_trip(tools, plan, casts, ckdir, work, threads, ours_first=True):
     # Cold load: the checkpoint's own files read by fio, after the cache is dropped.
     if ours_first:
         t_cold = cold_load()
-        reads = fio_methods("read", files, sizes, cold_files=every_file)
+        reads = fio_methods("read", files, sizes, cold_files=every_file, tools=tools)
     else:
-        reads = fio_methods("read", files, sizes, cold_files=every_file)
+        reads = fio_methods("read", files, sizes, cold_files=every_file, tools=tools)
         t_cold = cold_load()
     figures["load_cold"] = against(t_cold, reads, total)
     # Beside it (not a bar): the same cold load reading through the page cache.
@@ -412,7 +433,8 @@ def main():
         print("  ceilings: save, the fastest of fio O_DIRECT (queue depth 32 and 8, and 4 jobs per "
               "file) and buffered "
               "writes of the same bytes per rank, fsynced; cold load, the fastest of the same "
-              "methods and deeper ones (2 and 4 jobs per file at queue depth 16, io_uring at 32; 16 and 32 threads a file into huge pages) "
+              "methods and deeper ones (2 and 4 jobs per file at queue depth 16, io_uring at 32; 16 and 32 threads a file into huge pages; "
+              "kernel AIO into huge pages, as the load reads, without its checks) "
               "reading the checkpoint's own files after the cache is dropped; warm load, "
               "the fastest copy and xxh3 of every byte (memcpy in 256 KiB, 1 MiB and 8 MiB "
               "blocks, pread of the cached files in 256 KiB and 1 MiB: what a checked load "
