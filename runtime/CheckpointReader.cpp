@@ -332,6 +332,14 @@ Result<const zip::ByteSource *> CheckpointReader::file(const std::string &name) 
   return slot.get();
 }
 
+uint64_t CheckpointReader::bytesReadInPlace() const {
+  std::lock_guard<std::mutex> lock(filesMutex_);
+  uint64_t bytes = 0;
+  for (const auto &[name, source] : files_)
+    bytes += source ? source->inPlaceBytes() : 0;
+  return bytes;
+}
+
 bool CheckpointReader::cold(const SavedChunk &chunk) {
   Result<const zip::ByteSource *> opened = file(chunk.file);
   return opened && chunk.itemLength && chunk.itemOffset < (*opened)->size() &&

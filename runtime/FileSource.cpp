@@ -175,13 +175,72 @@ char *directBlocks() {
   return blocks.get();
 }
 
-/// A kernel AIO context (io_setup), destroyed with every request in it
-/// finished, so no read lands in memory after it is gone.
-struct AioContext {
-  aio_context_t id = 0;
-  ~AioContext() {
-    if (id)
-      ::syscall(SYS_io_destroy, id);
+/// Each reading thread's two aligned pages for the partial pages at either
+/// end of a range read in place.
+char *edgePages() {
+  thread_local std::unique_ptr<char, void (*)(void *)> pages(
+      static_cast<char *>(std::aligned_alloc(kDirectAlignment, 2 * kDirectAlignment)), &std::free);
+  return pages.get();
+}
+
+/// Kernel AIO contexts (io_setup), kept for the process's next direct
+/// reads: io_destroy waits out an RCU grace period (32-52 ms measured here),
+/// and destroying one per item left each worker's stream idle that long
+/// between items. Never freed: the kernel tears them down with the process.
+class AioContextPool {
+public:
+  /// A context with room for kDirectReadDepth requests, or 0 where the
+  /// kernel has no AIO.
+  aio_context_t take() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!idle_.empty()) {
+        aio_context_t context = idle_.back();
+        idle_.pop_back();
+        return context;
+      }
+    }
+    aio_context_t context = 0;
+    return ::syscall(SYS_io_setup, kDirectReadDepth, &context) == 0 ? context : 0;
+  }
+  /// Back for the next reader; only with no request in it.
+  void give(aio_context_t context) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    idle_.push_back(context);
+  }
+
+private:
+  std::mutex mutex_;
+  std::vector<aio_context_t> idle_;
+};
+
+AioContextPool &aioContexts() {
+  static AioContextPool *pool = new AioContextPool; // outlives every reading thread
+  return *pool;
+}
+
+/// A pooled context in use: on every way out, it waits for the reads still
+/// in flight (no read may land in a block after its reader returned) and
+/// gives the context back, or destroys it where waiting failed (io_destroy
+/// itself waits for them).
+struct AioLease {
+  aio_context_t id = aioContexts().take();
+  unsigned pending = 0;
+  ~AioLease() {
+    if (!id)
+      return;
+    while (pending) {
+      io_event events[kDirectReadDepth];
+      long got = ::syscall(SYS_io_getevents, id, pending, kDirectReadDepth, events, nullptr);
+      if (got < 0 && errno == EINTR)
+        continue;
+      if (got < 0) {
+        ::syscall(SYS_io_destroy, id);
+        return;
+      }
+      pending -= static_cast<unsigned>(got);
+    }
+    aioContexts().give(id);
   }
 };
 
@@ -366,9 +425,7 @@ Status FileSource::readBlocks(uint64_t offset, uint64_t count, char *into,
     return ByteSource::readBlocks(offset, count, into, consume);
   double missing = missingShare(offset, count);
   if (directAllowed_ && count >= kDirectReadMinimum && missing > kDirectMissingShare) {
-    int fd = directDescriptor();
-    char *blocks = fd >= 0 ? directBlocks() : nullptr;
-    if (blocks)
+    if (int fd = directDescriptor(); fd >= 0)
       return readDirect(fd, offset, count, into, consume);
   } else if (into && busErrorsGuarded() && missing <= kWarmMissingShare) {
     bool mapped = false;
@@ -381,50 +438,82 @@ Status FileSource::readBlocks(uint64_t offset, uint64_t count, char *into,
 
 Status FileSource::readDirect(int fd, uint64_t offset, uint64_t count, char *into,
                               const BlockConsumer &consume) const {
-  char *blocks = directBlocks();
-  uint64_t begin = offset / kDirectAlignment * kDirectAlignment;
-  uint64_t end = (offset + count + kDirectAlignment - 1) / kDirectAlignment * kDirectAlignment;
-  uint64_t blockCount = (end - begin + kDirectReadBlock - 1) / kDirectReadBlock;
-  AioContext context;
-  if (::syscall(SYS_io_setup, kDirectReadDepth, &context.id) != 0) {
-    context.id = 0; // no kernel AIO here: through the cache
-    return ByteSource::readBlocks(offset, count, into, consume);
+  auto alignDown = [](uint64_t at) { return at / kDirectAlignment * kDirectAlignment; };
+  auto alignUp = [&](uint64_t at) { return alignDown(at + kDirectAlignment - 1); };
+  uint64_t begin = alignDown(offset), end = alignUp(offset + count);
+  uint64_t wholeBegin = alignUp(offset), wholeEnd = alignDown(offset + count);
+  // Where the destination sits in its page as the range does in the file's
+  // (our saves place each piece so: plan::pieceDataPageOffset), the whole
+  // pages land in place, neither staged nor copied; the partial ones at
+  // either end go through a page of their own.
+  bool inPlace = into && wholeBegin < wholeEnd &&
+                 (reinterpret_cast<uintptr_t>(into) - offset) % kDirectAlignment == 0;
+  struct Read {
+    uint64_t at, bytes;
+    char *to;     // where the read lands
+    bool inPlace; // in the destination, at its own place
+  };
+  std::vector<Read> reads;
+  if (inPlace) {
+    char *edges = edgePages();
+    if (!edges)
+      return ByteSource::readBlocks(offset, count, into, consume);
+    if (begin < wholeBegin)
+      reads.push_back({begin, kDirectAlignment, edges, false});
+    for (uint64_t at = wholeBegin; at < wholeEnd; at += kDirectReadBlock)
+      reads.push_back({at, std::min(kDirectReadBlock, wholeEnd - at), into + (at - offset), true});
+    if (wholeEnd < end)
+      reads.push_back({wholeEnd, kDirectAlignment, edges + kDirectAlignment, false});
+  } else {
+    char *blocks = directBlocks();
+    if (!blocks)
+      return ByteSource::readBlocks(offset, count, into, consume);
+    for (uint64_t at = begin, index = 0; at < end; at += kDirectReadBlock, ++index)
+      reads.push_back({at, std::min(kDirectReadBlock, end - at),
+                       blocks + index % kDirectReadDepth * kDirectReadBlock, false});
   }
+  AioLease context;
+  if (!context.id) // no kernel AIO here: through the cache
+    return ByteSource::readBlocks(offset, count, into, consume);
   auto failed = [&](const std::string &what, int error) -> Status {
     return makeError(path_ + ": " + what + ": " + std::strerror(error), ErrorKind::IO, error);
   };
   std::vector<iocb> requests(kDirectReadDepth);
-  auto submit = [&](uint64_t block) -> Status {
-    iocb &request = requests[block % kDirectReadDepth];
+  auto submit = [&](uint64_t index) -> Status {
+    const Read &read = reads[index];
+    iocb &request = requests[index % kDirectReadDepth];
     request = iocb{};
     request.aio_fildes = static_cast<uint32_t>(fd);
     request.aio_lio_opcode = IOCB_CMD_PREAD;
-    request.aio_buf = reinterpret_cast<uint64_t>(blocks + block % kDirectReadDepth * kDirectReadBlock);
-    request.aio_offset = static_cast<int64_t>(begin + block * kDirectReadBlock);
-    request.aio_nbytes = std::min(kDirectReadBlock, end - begin - block * kDirectReadBlock);
-    request.aio_data = block;
+    request.aio_buf = reinterpret_cast<uint64_t>(read.to);
+    request.aio_offset = static_cast<int64_t>(read.at);
+    request.aio_nbytes = read.bytes;
+    request.aio_data = index;
     iocb *list[1] = {&request};
     for (;;) {
       long submitted = ::syscall(SYS_io_submit, context.id, 1, list);
-      if (submitted == 1)
+      if (submitted == 1) {
+        ++context.pending;
         return Status::success();
+      }
       if (submitted < 0 && errno == EINTR)
         continue;
       if (submitted < 0 && errno == EAGAIN) {
         std::this_thread::yield();
         continue;
       }
-      return failed("direct read at " + std::to_string(request.aio_offset) + " not queued",
+      return failed("direct read at " + std::to_string(read.at) + " not queued",
                     submitted < 0 ? errno : EAGAIN);
     }
   };
-  for (uint64_t block = 0; block < std::min<uint64_t>(blockCount, kDirectReadDepth); ++block)
-    if (Status status = submit(block); !status)
+  for (uint64_t index = 0; index < std::min<uint64_t>(reads.size(), kDirectReadDepth); ++index)
+    if (Status status = submit(index); !status)
       return status;
-  // Completions arrive in any order; blocks are consumed in file order.
+  // Completions arrive in any order; reads are consumed in file order.
   std::vector<int64_t> done(kDirectReadDepth, -1); // bytes read per slot, -1: pending
-  for (uint64_t block = 0; block < blockCount; ++block) {
-    size_t slot = block % kDirectReadDepth;
+  for (uint64_t index = 0; index < reads.size(); ++index) {
+    const Read &read = reads[index];
+    size_t slot = index % kDirectReadDepth;
     while (done[slot] < 0) {
       io_event events[kDirectReadDepth];
       long got = ::syscall(SYS_io_getevents, context.id, 1, kDirectReadDepth, events, nullptr);
@@ -432,37 +521,37 @@ Status FileSource::readDirect(int fd, uint64_t offset, uint64_t count, char *int
         continue;
       if (got < 0)
         return failed("waiting for direct reads", errno);
+      context.pending -= static_cast<unsigned>(got);
       for (long e = 0; e < got; ++e) {
         if (events[e].res < 0)
-          return failed("read failed at " +
-                            std::to_string(begin + events[e].data * kDirectReadBlock),
+          return failed("read failed at " + std::to_string(reads[events[e].data].at),
                         static_cast<int>(-events[e].res));
         done[events[e].data % kDirectReadDepth] = events[e].res;
       }
     }
-    uint64_t blockStart = begin + block * kDirectReadBlock;
-    uint64_t from = std::max(offset, blockStart);
-    uint64_t to = std::min(offset + count, blockStart + kDirectReadBlock);
-    if (static_cast<uint64_t>(done[slot]) < to - blockStart)
+    uint64_t from = std::max(offset, read.at);
+    uint64_t to = std::min(offset + count, read.at + read.bytes);
+    if (static_cast<uint64_t>(done[slot]) < to - read.at)
       return makeError(path_ + ": unexpected end of file at " +
-                           std::to_string(blockStart + done[slot]) +
+                           std::to_string(read.at + done[slot]) +
                            " (the file shrank while being read)",
                        ErrorKind::Corrupt);
-    const char *bytes = blocks + slot * kDirectReadBlock;
     for (uint64_t at = from; at < to; at += kConsumeBlock) {
       uint64_t size = std::min(kConsumeBlock, to - at);
-      const char *piece = bytes + (at - blockStart);
-      if (into) {
+      const char *piece = read.to + (at - read.at);
+      if (into && !read.inPlace)
         std::memcpy(into + (at - offset), piece, size);
+      if (into)
         piece = into + (at - offset);
-      }
       if (Status status = consume(at - offset, piece, size); !status)
         return status;
     }
     directBytes_ += to - from;
+    if (read.inPlace)
+      inPlaceBytes_ += to - from;
     done[slot] = -1;
-    if (block + kDirectReadDepth < blockCount)
-      if (Status status = submit(block + kDirectReadDepth); !status)
+    if (index + kDirectReadDepth < reads.size())
+      if (Status status = submit(index + kDirectReadDepth); !status)
         return status;
   }
   return Status::success();

@@ -369,6 +369,7 @@ Result<LoadResult> loadCheckpoint(const plan::RankPlan &plan, RankBuffers &buffe
   result.stats.bytesFromPeers = fromPeers;
   result.stats.readers = readers;
   result.stats.bytesReadStorage = reader ? (*reader)->bytesRead() : 0;
+  result.stats.bytesReadInPlace = reader ? (*reader)->bytesReadInPlace() : 0;
   result.stats.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   result.stats.stallSeconds = result.stats.seconds;

@@ -69,12 +69,13 @@ Status agree(Communicator &comm, const Status &local, int64_t root) {
 
 Result<std::vector<TransferStats>> gatherStats(Communicator &comm, const TransferStats &stats,
                                                int64_t root) {
-  char line[256];
+  char line[320];
   std::snprintf(line, sizeof(line),
-                "%" PRIu64 " %" PRIu64 " %.9f %.9f %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64,
+                "%" PRIu64 " %" PRIu64 " %.9f %.9f %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64
+                " %" PRIu64,
                 stats.bytes, stats.items, stats.seconds, stats.stallSeconds,
                 stats.bytesReadStorage, stats.bytesWrittenStorage, stats.bytesFromPeers,
-                stats.readers);
+                stats.readers, stats.bytesReadInPlace);
   Result<std::vector<std::string>> all = comm.gather(line, root);
   if (!all)
     return all.failure();
@@ -82,10 +83,11 @@ Result<std::vector<TransferStats>> gatherStats(Communicator &comm, const Transfe
   for (const std::string &entry : *all) {
     TransferStats rank;
     if (std::sscanf(entry.c_str(),
-                    "%" SCNu64 " %" SCNu64 " %lf %lf %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64,
+                    "%" SCNu64 " %" SCNu64 " %lf %lf %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64
+                    " %" SCNu64,
                     &rank.bytes, &rank.items, &rank.seconds, &rank.stallSeconds,
                     &rank.bytesReadStorage, &rank.bytesWrittenStorage, &rank.bytesFromPeers,
-                    &rank.readers) != 8)
+                    &rank.readers, &rank.bytesReadInPlace) != 9)
       return makeError("a rank sent unreadable statistics");
     out.push_back(rank);
   }

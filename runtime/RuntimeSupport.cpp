@@ -11,10 +11,11 @@
 namespace fsdp {
 namespace runtime {
 
-Result<const zip::ItemLayout *> ItemLayoutCache::get(dcp::DType dtype, const dcp::Dims &sizes) {
-  auto &slot = layouts_[{dtype, sizes}];
+Result<const zip::ItemLayout *> ItemLayoutCache::get(dcp::DType dtype, const dcp::Dims &sizes,
+                                                     uint64_t dataPageOffset) {
+  auto &slot = layouts_[{dtype, sizes, dataPageOffset}];
   if (!slot) {
-    Result<zip::ItemLayout> layout = zip::planContiguousTensorItem(dtype, sizes);
+    Result<zip::ItemLayout> layout = zip::planContiguousTensorItem(dtype, sizes, dataPageOffset);
     if (!layout)
       return layout.failure();
     slot = std::make_unique<zip::ItemLayout>(layout.take());

@@ -10,19 +10,22 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace fsdp {
 namespace runtime {
 
-/// Planned tensor-item zips by (dtype, chunk sizes): the same bytes the
-/// planner sized, so offsets agree.
+/// Planned tensor-item zips by (dtype, chunk sizes, where the data starts in
+/// its page): the same bytes the planner sized, so offsets agree.
 class ItemLayoutCache {
 public:
-  Result<const zip::ItemLayout *> get(dcp::DType dtype, const dcp::Dims &sizes);
+  Result<const zip::ItemLayout *> get(dcp::DType dtype, const dcp::Dims &sizes,
+                                      uint64_t dataPageOffset);
 
 private:
-  std::map<std::pair<dcp::DType, dcp::Dims>, std::unique_ptr<zip::ItemLayout>> layouts_;
+  std::map<std::tuple<dcp::DType, dcp::Dims, uint64_t>, std::unique_ptr<zip::ItemLayout>>
+      layouts_;
 };
 
 /// The integrity index's name for an item: the key, plus the chunk offsets

@@ -216,9 +216,12 @@ struct ItemWriter {
     return recordChecksum(item, hash.digest());
   }
 
-  /// The planned layout of a tensor item, checked against this runtime's.
+  /// The planned layout of a tensor item, checked against this runtime's
+  /// for data starting where the plan puts it in its page (plans from before
+  /// plan::pieceDataPageOffset put it at the next multiple of 64: the same).
   Result<const zip::ItemLayout *> checkedLayout(const plan::WriteItem &item) {
-    Result<const zip::ItemLayout *> cached = layouts.get(item.dtype, item.chunkSizes);
+    Result<const zip::ItemLayout *> cached =
+        layouts.get(item.dtype, item.chunkSizes, item.dataOffset % zip::kDataPage);
     if (!cached)
       return propagate(cached, item.key + ": " + cached.error());
     const zip::ItemLayout &layout = **cached;

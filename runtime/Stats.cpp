@@ -17,8 +17,10 @@ std::string statsJson(const std::string &op, const std::vector<TransferStats> &r
                                  {"bytes_read_storage", stats.bytesReadStorage},
                                  {"bytes_written_storage", stats.bytesWrittenStorage},
                                  {"bytes_from_peers", stats.bytesFromPeers}};
-    if (stats.readers)
+    if (stats.readers) {
       entry["readers"] = stats.readers;
+      entry["bytes_read_in_place"] = stats.bytesReadInPlace;
+    }
     list.push_back(std::move(entry));
   }
   json["ranks"] = list;

@@ -34,7 +34,7 @@ constexpr uint64_t kMax32 = 0xFFFFFFFFu;
 // PyTorch's general-purpose flags: data descriptor follows (bit 3), UTF-8
 // names (bit 11).
 constexpr uint16_t kTorchFlags = 0x0808;
-constexpr uint64_t kAlignment = 64;
+constexpr uint64_t kAlignment = kDataAlignment;
 
 void put16(std::string &out, uint64_t v) {
   for (int i = 0; i < 2; ++i)
@@ -149,6 +149,13 @@ Result<ItemLayout> planArchive(const std::vector<RecordSpec> &records) {
     // PyTorchStreamWriter::getPadding computes it.
     uint64_t start = headerAt + kLocalHeaderSize + record.name.size() + extra64.size() + 4;
     uint64_t padding = (kAlignment - start % kAlignment) % kAlignment;
+    if (record.dataPageOffset) {
+      if (*record.dataPageOffset >= kDataPage || *record.dataPageOffset % kAlignment)
+        return zipError("data page offset " + std::to_string(*record.dataPageOffset) +
+                        " is not a multiple of " + std::to_string(kAlignment) + " below " +
+                        std::to_string(kDataPage));
+      padding = (*record.dataPageOffset + kDataPage - start % kDataPage) % kDataPage;
+    }
 
     put32(*out, kLocalHeaderSig);
     put16(*out, extra64.empty() ? 0 : 45); // version needed
@@ -537,6 +544,7 @@ std::vector<RecordSpec> torchSaveRecords(const std::string &dataPkl, int64_t dat
     data.name = prefix + "data/0";
     data.streamed = true;
     data.streamedSize = static_cast<uint64_t>(dataBytes);
+    data.dataPageOffset = options.dataPageOffset;
     records.push_back(std::move(data));
   }
   add("version", "3\n");
@@ -902,14 +910,17 @@ Result<TorchSaveItem> openTorchSaveItem(const ByteSource &source) {
 namespace fsdp {
 namespace zip {
 
-Result<ItemLayout> planContiguousTensorItem(dcp::DType dtype, const dcp::Dims &size) {
+Result<ItemLayout> planContiguousTensorItem(dcp::DType dtype, const dcp::Dims &size,
+                                            std::optional<uint64_t> dataPageOffset) {
   Result<TensorRecord> record = contiguousTensor(dtype, size);
   if (!record)
     return record.failure();
   Result<std::string> pickled = encodeTensorPickle(*record);
   if (!pickled)
     return pickled.failure();
-  return planTensorItem(*pickled, record->storageBytes());
+  TorchSaveOptions options;
+  options.dataPageOffset = dataPageOffset;
+  return planTensorItem(*pickled, record->storageBytes(), options);
 }
 
 } // namespace zip

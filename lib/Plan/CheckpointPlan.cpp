@@ -26,6 +26,12 @@
 namespace fsdp {
 namespace plan {
 
+std::optional<uint64_t> pieceDataPageOffset(const BufferRef &buffer, dcp::DType dtype) {
+  uint64_t inPage = static_cast<uint64_t>(buffer.localOffset) * dcp::dtypeInfo(dtype).elementSize %
+                    zip::kDataPage;
+  return inPage % zip::kDataAlignment ? std::nullopt : std::optional<uint64_t>(inPage);
+}
+
 namespace {
 
 uint64_t alignUp(uint64_t value, uint64_t alignment) {
@@ -170,7 +176,8 @@ private:
   /// Every key of the `.metadata`, in PyTorch's order: model keys, optimizer
   /// moments, steps, hyper-parameters.
   std::vector<MetadataKey> metadataKeys() const;
-  Result<const zip::ItemLayout *> tensorLayout(dcp::DType dtype, const dcp::Dims &sizes);
+  Result<const zip::ItemLayout *> tensorLayout(dcp::DType dtype, const dcp::Dims &sizes,
+                                               std::optional<uint64_t> dataPageOffset = {});
   /// Tensor items of `group` in shard `shard`, in member order.
   void shardItems(size_t group, int64_t shard, std::vector<PendingItem> &out) const;
   /// The replica that writes each item of (group, shard).
@@ -223,7 +230,9 @@ private:
   std::vector<std::string> params_;
   /// A leading FQN's indices in params_, by expert-parallel coordinate.
   std::unordered_map<std::string, std::vector<int64_t>> paramIndex_;
-  std::map<std::pair<dcp::DType, dcp::Dims>, std::unique_ptr<zip::ItemLayout>> layouts_;
+  std::map<std::tuple<dcp::DType, dcp::Dims, std::optional<uint64_t>>,
+           std::unique_ptr<zip::ItemLayout>>
+      layouts_;
   std::unordered_map<int64_t, std::vector<WriteItem>> writes_;
   std::unordered_map<int64_t, WriteIndex> writeIndexes_;
   struct BalanceState {
@@ -235,10 +244,11 @@ private:
   uint64_t stepItemSpan_ = 0;
 };
 
-Result<const zip::ItemLayout *> Planner::tensorLayout(dcp::DType dtype, const dcp::Dims &sizes) {
-  auto &slot = layouts_[{dtype, sizes}];
+Result<const zip::ItemLayout *> Planner::tensorLayout(dcp::DType dtype, const dcp::Dims &sizes,
+                                                      std::optional<uint64_t> dataPageOffset) {
+  auto &slot = layouts_[{dtype, sizes, dataPageOffset}];
   if (!slot) {
-    Result<zip::ItemLayout> item = zip::planContiguousTensorItem(dtype, sizes);
+    Result<zip::ItemLayout> item = zip::planContiguousTensorItem(dtype, sizes, dataPageOffset);
     if (!item)
       return item.failure();
     slot = std::make_unique<zip::ItemLayout>(item.take());
@@ -352,7 +362,10 @@ Status Planner::place(std::vector<PendingItem> &&items, std::vector<WriteItem> &
       write.itemLength = item.payload.size();
       write.payload = std::move(item.payload);
     } else {
-      Result<const zip::ItemLayout *> layout = tensorLayout(write.dtype, write.chunkSizes);
+      Result<const zip::ItemLayout *> layout = tensorLayout(
+          write.dtype, write.chunkSizes,
+          item.source == ItemSource::Buffer ? pieceDataPageOffset(write.buffer, write.dtype)
+                                            : std::nullopt);
       if (!layout)
         return propagate(layout, write.key + ": " + layout.error());
       write.itemLength = (*layout)->totalSize;

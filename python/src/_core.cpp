@@ -359,8 +359,10 @@ nb::dict statsDict(const TransferStats &stats, int64_t rank) {
   out["bytes_read_storage"] = stats.bytesReadStorage;
   out["bytes_written_storage"] = stats.bytesWrittenStorage;
   out["bytes_from_peers"] = stats.bytesFromPeers;
-  if (stats.readers)
+  if (stats.readers) {
     out["readers"] = stats.readers;
+    out["bytes_read_in_place"] = stats.bytesReadInPlace;
+  }
   return out;
 }
 

@@ -620,6 +620,7 @@ int run(int argc, char **argv) {
   both.stallSeconds += loaded->stats.stallSeconds;
   both.bytesReadStorage += loaded->stats.bytesReadStorage;
   both.readers = loaded->stats.readers;
+  both.bytesReadInPlace = loaded->stats.bytesReadInPlace;
   if (Status status = reportStats(checkpointer, both, checkpointer.root(), "reshard",
                                   "resharded " + source + " into " + dir, "for", statsPath);
       !status)

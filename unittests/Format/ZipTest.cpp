@@ -180,6 +180,41 @@ TEST(ZipWriter, TensorItemRoundTrip) {
   EXPECT_EQ(out, item.data);
 }
 
+TEST(ZipWriter, TensorDataStartsWhereAskedInItsPage) {
+  // Each multiple of 64 in a page: the data lands there (padding of up to a
+  // page), and the archive reads back with its data at that offset.
+  std::string data(48, '\x5a');
+  for (uint64_t inPage = 0; inPage < kDataPage; inPage += kDataAlignment) {
+    auto layout = planContiguousTensorItem(DType::Float32, {3, 4}, inPage);
+    ASSERT_TRUE(layout) << layout.error();
+    EXPECT_EQ(layout->dataOffset % kDataPage, inPage);
+    EXPECT_LT(layout->dataOffset, 2 * kDataPage);
+    layout->setDataCrc(crc32(data.data(), data.size()));
+    std::string bytes = layout->header + data + layout->trailer;
+    ASSERT_EQ(bytes.size(), layout->totalSize);
+    MemorySource source(bytes);
+    auto opened = openTorchSaveItem(source);
+    ASSERT_TRUE(opened) << inPage << ": " << opened.error();
+    const Entry *record = opened->findRecord("data/0");
+    ASSERT_TRUE(record);
+    EXPECT_EQ(record->dataOffset, layout->dataOffset);
+    EXPECT_TRUE(verifyEntryCrc(source, *record));
+  }
+  // Where PyTorch's writer puts the data anyway: the same bytes as without.
+  auto natural = planContiguousTensorItem(DType::Float32, {3, 4});
+  ASSERT_TRUE(natural);
+  auto same = planContiguousTensorItem(DType::Float32, {3, 4}, natural->dataOffset % kDataPage);
+  ASSERT_TRUE(same);
+  EXPECT_EQ(same->header, natural->header);
+  EXPECT_EQ(same->trailer, natural->trailer);
+  for (uint64_t bad : {uint64_t(32), kDataPage, kDataPage + 64}) {
+    auto refused = planContiguousTensorItem(DType::Float32, {3, 4}, bad);
+    ASSERT_FALSE(refused) << bad;
+    EXPECT_NE(refused.error().find("is not a multiple of 64 below 4096"), std::string::npos)
+        << refused.error();
+  }
+}
+
 TEST(ZipWriter, CPythonReadsTensorItem) {
   if (!havePython())
     GTEST_SKIP() << "python3 not found at configure time";

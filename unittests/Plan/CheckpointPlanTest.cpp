@@ -66,6 +66,13 @@ void checkWholePlan(const ModelLayout &model) {
           elements *= size;
         EXPECT_EQ(elements, item.buffer.elements);
         EXPECT_EQ(item.dataLength, elements * dcp::dtypeInfo(item.dtype).elementSize);
+        // The data sits in its file's page where the piece sits in its
+        // buffer's (a load reads it straight into place), where that keeps
+        // zip's 64-byte alignment.
+        uint64_t inBuffer = static_cast<uint64_t>(item.buffer.localOffset) *
+                            dcp::dtypeInfo(item.dtype).elementSize;
+        if (inBuffer % 64 == 0)
+          EXPECT_EQ(item.dataOffset % 4096, inBuffer % 4096) << item.key;
       }
     }
     if (!plan.writes.empty())

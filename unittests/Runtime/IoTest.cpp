@@ -162,6 +162,82 @@ TEST(DirectReads, AColdRangeIsReadInOrderIntoTheDestination) {
   (void)createPosixStorage()->removeTree(dir);
 }
 
+/// Page-aligned memory with `before` guard bytes ahead of the destination
+/// and as many after it, all set to 0xA5: a read that lands whole pages in
+/// place must not touch them.
+struct GuardedDestination {
+  static constexpr uint64_t kGuard = 3 * 4096;
+  GuardedDestination(uint64_t inPage, uint64_t count)
+      : memory(static_cast<char *>(std::aligned_alloc(4096, kGuard + 4096 + count + kGuard))),
+        into(memory + kGuard + inPage), count(count),
+        size(kGuard + 4096 + count + kGuard) {
+    std::memset(memory, 0xA5, size);
+  }
+  ~GuardedDestination() { std::free(memory); }
+  bool guardsIntact() const {
+    for (const char *at = memory; at < into; ++at)
+      if (static_cast<unsigned char>(*at) != 0xA5)
+        return false;
+    for (const char *at = into + count; at < memory + size; ++at)
+      if (static_cast<unsigned char>(*at) != 0xA5)
+        return false;
+    return true;
+  }
+  char *memory, *into;
+  uint64_t count, size;
+};
+
+TEST(DirectReads, WhereTheDestinationSitsInItsPageAsTheRangeDoesWholePagesLandInPlace) {
+  std::string dir = tempDir();
+  ASSERT_FALSE(dir.empty());
+  std::string bytes = pattern(40u << 20, 21);
+  // Unaligned at both ends: the partial first and last pages are staged,
+  // the whole pages between land in the destination itself.
+  uint64_t offset = 5 * 4096 + 704, count = bytes.size() - offset - 3000;
+  uint64_t wholePages = (offset + count) / 4096 * 4096 - (offset + 4095) / 4096 * 4096;
+  for (uint64_t inPage : {offset % 4096, uint64_t(64)}) {
+    bool matches = inPage == offset % 4096;
+    auto source = FileSource::open(coldFile(dir, bytes));
+    ASSERT_TRUE(source) << source.error();
+    GuardedDestination destination(inPage, count);
+    uint64_t next = 0;
+    Status read = (*source)->readBlocks(offset, count, destination.into,
+                                        [&](uint64_t at, const char *block, size_t size) {
+                                          EXPECT_EQ(at, next);
+                                          EXPECT_EQ(block, destination.into + at);
+                                          next = at + size;
+                                          return Status::success();
+                                        });
+    ASSERT_TRUE(read) << read.error();
+    EXPECT_EQ(next, count);
+    EXPECT_TRUE(std::memcmp(destination.into, bytes.data() + offset, count) == 0);
+    EXPECT_TRUE(destination.guardsIntact()) << "in page at " << inPage;
+    if ((*source)->directBytes() == 0)
+      GTEST_SKIP() << "this file system reads through the cache (no O_DIRECT)";
+    EXPECT_EQ((*source)->directBytes(), count);
+    // Elsewhere in its page: every byte staged and copied, as before.
+    EXPECT_EQ((*source)->inPlaceBytes(), matches ? wholePages : 0u) << "in page at " << inPage;
+  }
+  (void)createPosixStorage()->removeTree(dir);
+}
+
+TEST(DirectReads, AFileThatShrinksUnderAnInPlaceReadIsAnErrorAndNothingLandsOutside) {
+  std::string dir = tempDir();
+  ASSERT_FALSE(dir.empty());
+  std::string bytes = pattern(40u << 20, 23);
+  uint64_t offset = 4096 + 128, count = bytes.size() - offset;
+  auto source = FileSource::open(coldFile(dir, bytes));
+  ASSERT_TRUE(source) << source.error();
+  ASSERT_EQ(::truncate((dir + "/cold").c_str(), (20 << 20) + 100), 0);
+  GuardedDestination destination(offset % 4096, count);
+  Status read = (*source)->readBlocks(offset, count, destination.into, acceptAll);
+  ASSERT_FALSE(read);
+  EXPECT_EQ(read.kind(), ErrorKind::Corrupt);
+  EXPECT_NE(read.error().find("shrank"), std::string::npos) << read.error();
+  EXPECT_TRUE(destination.guardsIntact());
+  (void)createPosixStorage()->removeTree(dir);
+}
+
 TEST(DirectReads, TurnedOffAColdRangeIsReadThroughTheCache) {
   // The same cold range, read direct by default and through the cache when
   // direct reads are off (LoadOptions::directReads): the same bytes, and

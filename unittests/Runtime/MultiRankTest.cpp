@@ -380,6 +380,57 @@ TEST(MultiRank, LoadsWithoutDirectReadsReadColdFilesThroughTheCache) {
   (void)createPosixStorage()->removeTree(work);
 }
 
+TEST(MultiRank, AColdLoadInTheSavedLayoutReadsStraightIntoTheBuffers) {
+  // Our saves start each piece's data where the piece starts in a page of
+  // its buffer, so a cold load in the same layout lands the item's whole
+  // pages in the buffer itself (no staging, no copy); not into device
+  // buffers (staged in host memory), nor with direct reads off.
+  std::string work = tempDir();
+  ASSERT_FALSE(work.empty());
+  expectAllOk(saveOnRanks(hugeWeight(1), work + "/ckpt", 57));
+  std::string data = work + "/ckpt/__0_0.distcp";
+  auto drop = [&] {
+    int fd = ::open(data.c_str(), O_RDONLY);
+    ::fsync(fd);
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+  };
+  const uint64_t itemBytes = uint64_t(4352) * 4096 * 4;
+  drop();
+  auto probe = FileSource::open(data);
+  ASSERT_TRUE(probe);
+  if ((*probe)->missingShare(0, (*probe)->size()) < 0.9)
+    GTEST_SKIP() << "this file system keeps evicted files in its cache";
+  int direct = ::open(data.c_str(), O_RDONLY | O_DIRECT);
+  if (direct < 0)
+    GTEST_SKIP() << "this file system has no direct I/O";
+  ::close(direct);
+  struct Case {
+    const char *name;
+    BackendOf backendOf;
+    bool direct;
+    bool inPlace;
+  };
+  for (const Case &run : {Case{"host", BackendOf{}, true, true},
+                          Case{"host, direct reads off", BackendOf{}, false, false},
+                          Case{"device", BackendOf(slowDevice), true, false}}) {
+    drop();
+    LoadOptions options;
+    options.directReads = run.direct;
+    std::vector<TransferStats> stats;
+    expectAllOk(loadOnRanks(hugeWeight(1), work + "/ckpt", 57, run.backendOf, options, &stats));
+    ASSERT_EQ(stats.size(), 1u);
+    if (run.inPlace) {
+      // All but the partial first and last pages.
+      EXPECT_GE(stats[0].bytesReadInPlace, itemBytes - 8192) << run.name;
+      EXPECT_LE(stats[0].bytesReadInPlace, itemBytes) << run.name;
+    } else {
+      EXPECT_EQ(stats[0].bytesReadInPlace, 0u) << run.name;
+    }
+  }
+  (void)createPosixStorage()->removeTree(work);
+}
+
 TEST(CheckpointReader, StreamsARangeCheckingTheWholeItemOnce) {
   std::string work = tempDir();
   ASSERT_FALSE(work.empty());

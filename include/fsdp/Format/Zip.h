@@ -29,6 +29,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -58,7 +59,18 @@ struct RecordSpec {
   /// bytes at ItemLayout::dataOffset.
   bool streamed = false;
   uint64_t streamedSize = 0;
+  /// Where in a kDataPage-byte page of the file this record's data starts (a
+  /// multiple of 64; its archive starts a page): a loader reads the data
+  /// with direct I/O straight into a buffer at the same place in its page.
+  /// Unset: at the next multiple of 64, as PyTorch's writer puts it.
+  std::optional<uint64_t> dataPageOffset;
 };
+
+/// Every record's data starts at a multiple of this, as in PyTorch's files.
+constexpr uint64_t kDataAlignment = 64;
+/// The page RecordSpec::dataPageOffset places data in: direct I/O's widest
+/// alignment.
+constexpr uint64_t kDataPage = 4096;
 
 /// A planned archive: header, then the streamed record's data, then trailer.
 /// Without a streamed record the header is the whole archive.
@@ -117,6 +129,9 @@ public:
   /// Whether cold ranges may bypass the page cache (direct I/O, where the
   /// source has it). Set before the first read.
   virtual void allowDirectReads(bool allowed) { (void)allowed; }
+  /// Bytes read with direct I/O straight into readBlocks' `into` (neither
+  /// staged nor copied); 0 for sources without direct I/O.
+  virtual uint64_t inPlaceBytes() const { return 0; }
 };
 
 /// Bytes in memory (not copied; must outlive the source).
@@ -173,6 +188,8 @@ struct TorchSaveOptions {
   std::string archiveName = "archive";
   /// `.data/serialization_id`; torch writes 40 decimal digits.
   std::string serializationId = "0000000000000000000000000000000000000000";
+  /// RecordSpec::dataPageOffset of the tensor data.
+  std::optional<uint64_t> dataPageOffset;
 };
 
 /// A tensor item: its data.pkl and `dataBytes` bytes of `data/0` streamed by
@@ -211,8 +228,10 @@ struct TensorRecord {
 Result<TensorRecord> contiguousTensor(dcp::DType dtype, const dcp::Dims &size);
 
 /// The whole item of a C-contiguous tensor of `size`: what the planner sizes
-/// and the runtime writes, so their offsets agree by construction.
-Result<ItemLayout> planContiguousTensorItem(dcp::DType dtype, const dcp::Dims &size);
+/// and the runtime writes, so their offsets agree by construction. With
+/// `dataPageOffset`, the data starts there in its page (see RecordSpec).
+Result<ItemLayout> planContiguousTensorItem(dcp::DType dtype, const dcp::Dims &size,
+                                            std::optional<uint64_t> dataPageOffset = {});
 
 /// The data.pkl torch.save writes for `record`, byte for byte:
 /// _rebuild_tensor_v2 with a legacy typed storage, or _rebuild_tensor_v3

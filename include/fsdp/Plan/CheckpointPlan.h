@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <optional>
 #include <vector>
 
 namespace fsdp {
@@ -58,6 +59,13 @@ struct BufferRef {
   int64_t localOffset = 0; // element offset in the rank's local shard
   int64_t elements = 0;
 };
+
+/// Where a buffer piece's data starts in a page of its file: where the
+/// piece itself starts in a page of its buffer (buffers are page aligned), so
+/// a load in the same layout reads it with direct I/O straight into place.
+/// None where that is not a multiple of 64 (the data then starts at the next
+/// one, as in PyTorch's files).
+std::optional<uint64_t> pieceDataPageOffset(const BufferRef &buffer, dcp::DType dtype);
 
 struct WriteItem {
   std::string key;

@@ -71,11 +71,15 @@ struct TransferStats {
   /// The threads a load read on (0 for other operations): the threads
   /// asked for, or more for a cold load (Load.cpp, kColdReadStreams).
   uint64_t readers = 0;
+  /// Of a load's bytes read, those its direct reads landed straight in the
+  /// buffers, neither staged nor copied: a cold load into host buffers in
+  /// the layout the checkpoint was saved from reads nearly all so.
+  uint64_t bytesReadInPlace = 0;
 };
 
 /// `{"op": OP, "ranks": [{"rank", "seconds", "stall_seconds",
 /// "bytes_read_storage", "bytes_written_storage", "bytes_from_peers"} and,
-/// for a load, "readers", ...]}`
+/// for a load, "readers" and "bytes_read_in_place", ...]}`
 /// for every rank's statistics, in rank order: what --stats-json writes.
 std::string statsJson(const std::string &op, const std::vector<TransferStats> &ranks);
 

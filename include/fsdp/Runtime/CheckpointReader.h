@@ -201,6 +201,8 @@ public:
 
   /// Bytes read from storage so far (`.metadata`, the indexes, items).
   uint64_t bytesRead() const { return bytesRead_ + (chunks_ ? chunks_->bytesRead() : 0); }
+  /// Of those, what direct reads landed straight in the caller's memory.
+  uint64_t bytesReadInPlace() const;
 
 private:
   /// chunksOverlapping (`target` set) and chunksOf (null) in one.
@@ -250,7 +252,8 @@ private:
   // Loads read items from several threads: the caches are guarded (files_
   // by filesMutex_, items_ by itemsMutex_, taken in that nesting order:
   // items, then files).
-  std::mutex filesMutex_, itemsMutex_;
+  mutable std::mutex filesMutex_;
+  std::mutex itemsMutex_;
 };
 
 } // namespace runtime

@@ -40,6 +40,9 @@ public:
   const std::string &path() const { return path_; }
   /// Bytes this source has read with direct I/O so far.
   uint64_t directBytes() const { return directBytes_; }
+  /// Of those, bytes that landed straight in the caller's memory (neither
+  /// staged nor copied).
+  uint64_t inPlaceBytes() const override { return inPlaceBytes_; }
   /// Bytes this source has copied out of a mapping so far.
   uint64_t mappedBytes() const { return mappedBytes_; }
 
@@ -61,6 +64,7 @@ private:
   mutable int directFd_ = -1;
   bool directAllowed_ = true;
   mutable std::atomic<uint64_t> directBytes_{0};
+  mutable std::atomic<uint64_t> inPlaceBytes_{0};
   mutable std::atomic<uint64_t> mappedBytes_{0};
 };
 

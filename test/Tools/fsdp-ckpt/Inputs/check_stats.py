@@ -28,9 +28,10 @@ def ranks(name, op, count, loads):
     for e in entries:
         assert set(e) == {"rank", "seconds", "stall_seconds", "bytes_read_storage",
                           "bytes_written_storage", "bytes_from_peers"} | (
-                              {"readers"} if loads else set()), e
+                              {"readers", "bytes_read_in_place"} if loads else set()), e
         assert e["seconds"] > 0 and e["bytes_from_peers"] == 0, e
         assert not loads or (isinstance(e["readers"], int) and e["readers"] >= 1), e
+        assert not loads or 0 <= e["bytes_read_in_place"] <= e["bytes_read_storage"], e
     return entries
 
 
