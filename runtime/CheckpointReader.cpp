@@ -340,6 +340,21 @@ uint64_t CheckpointReader::bytesReadInPlace() const {
   return bytes;
 }
 
+void CheckpointReader::prefetchRecords(const SavedChunk &chunk) {
+  // The records before the data fit in two pages (the data starts in the
+  // first or second: plan::pieceDataPageOffset), those after it in one (the
+  // end record is read from the last page first: zip::readDirectory).
+  constexpr uint64_t kHead = 2 * 4096, kTail = 2 * 4096;
+  Result<const zip::ByteSource *> opened = file(chunk.file);
+  if (!opened || chunk.itemOffset >= (*opened)->size())
+    return;
+  uint64_t length = std::min(chunk.itemLength, (*opened)->size() - chunk.itemOffset);
+  (*opened)->prefetch(chunk.itemOffset, std::min(length, kHead));
+  if (length > kHead)
+    (*opened)->prefetch(chunk.itemOffset + length - std::min(length - kHead, kTail),
+                        std::min(length - kHead, kTail));
+}
+
 bool CheckpointReader::cold(const SavedChunk &chunk) {
   Result<const zip::ByteSource *> opened = file(chunk.file);
   return opened && chunk.itemLength && chunk.itemOffset < (*opened)->size() &&

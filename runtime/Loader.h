@@ -201,6 +201,13 @@ public:
     return false;
   }
 
+  /// Starts reading the zip records of every saved chunk read `index` needs
+  /// (CheckpointReader::prefetchRecords).
+  void prefetchRecords(size_t index) {
+    for (const SavedChunk &chunk : planned_[index])
+      reader_.prefetchRecords(chunk);
+  }
+
   /// Piece `index` of the plan's reads; `staging` is the calling worker's
   /// host staging (its copies may still run when this returns: its finish()
   /// waits for them). `landed`, when given, hears of the piece's bytes as

@@ -311,18 +311,31 @@ Result<std::vector<Entry>> readDirectory(const ByteSource &source) {
   uint64_t size = source.size();
   if (size < kEndSize)
     return zipError("truncated archive: " + std::to_string(size) + " bytes is too small for a zip");
-  // The end record sits in the last 22 + 65535 (comment) bytes.
-  size_t tailSize = static_cast<size_t>(std::min<uint64_t>(size, kEndSize + 0xFFFF));
-  uint64_t tailAt = size - tailSize;
-  std::string tail(tailSize, '\0');
-  if (Status s = readAt(source, tailAt, &tail[0], tailSize, "end record"); !s)
-    return s.failure();
-  size_t end = std::string::npos;
-  for (size_t i = tailSize - kEndSize + 1; i-- > 0;) {
-    if (get(&tail[i], 4) == kEndSig && i + kEndSize + get(&tail[i + 20], 2) == tailSize) {
-      end = i;
+  // The end record sits in the last 22 + 65535 (comment) bytes. Archives
+  // without a long comment (PyTorch's, ours) have it in their last page:
+  // that is read first (a load opens every item, and on a busy disk each
+  // read waits behind the queue), the rest only where it is not there.
+  size_t tailSize = 0, end = std::string::npos;
+  uint64_t tailAt = size;
+  std::string tail;
+  for (uint64_t window : {uint64_t(4096), uint64_t(kEndSize + 0xFFFF)}) {
+    if (tailSize == size)
       break;
+    tailSize = static_cast<size_t>(std::min<uint64_t>(size, window));
+    tailAt = size - tailSize;
+    tail.assign(tailSize, '\0');
+    if (Status s = readAt(source, tailAt, &tail[0], tailSize, "end record"); !s)
+      return s.failure();
+    // The last candidate whose comment runs exactly to the end: the same in
+    // either window.
+    for (size_t i = tailSize - kEndSize + 1; i-- > 0;) {
+      if (get(&tail[i], 4) == kEndSig && i + kEndSize + get(&tail[i + 20], 2) == tailSize) {
+        end = i;
+        break;
+      }
     }
+    if (end != std::string::npos)
+      break;
   }
   if (end == std::string::npos)
     return zipError("no end of central directory record (truncated or not a zip)");

@@ -11,6 +11,8 @@
 #include "../TestSupport.h"
 
 #include <gtest/gtest.h>
+
+#include <algorithm>
 #include <zlib.h>
 
 #include <cstdio>
@@ -415,6 +417,50 @@ TEST(ZipReader, HeaderInconsistencies) {
   disks[zip64End + 16] = 1;
   EXPECT_EQ(openError(disks), "zip: multi-disk archives are not supported");
   (void)entries;
+}
+
+/// Reads of `base`, the bytes of each recorded.
+class RecordingSource : public ByteSource {
+public:
+  explicit RecordingSource(const ByteSource &base) : base_(base) {}
+  uint64_t size() const override { return base_.size(); }
+  Status read(uint64_t offset, void *out, size_t count) const override {
+    reads.push_back(count);
+    return base_.read(offset, out, count);
+  }
+  mutable std::vector<size_t> reads;
+
+private:
+  const ByteSource &base_;
+};
+
+TEST(ZipReader, TheEndRecordIsReadFromTheLastPageUnlessACommentHidesIt) {
+  // A 1 MiB tensor item: opening it reads no more than a page at a time
+  // (a load opens every item, each read waiting behind the disk's queue).
+  Result<ItemLayout> layout = planContiguousTensorItem(DType::Float32, {256, 1024});
+  ASSERT_TRUE(layout) << layout.error();
+  VirtualItem item(*layout);
+  RecordingSource recorded(item);
+  auto opened = openTorchSaveItem(recorded);
+  ASSERT_TRUE(opened) << opened.error();
+  ASSERT_FALSE(recorded.reads.empty());
+  EXPECT_LE(*std::max_element(recorded.reads.begin(), recorded.reads.end()), 4096u);
+  // An end record behind a comment longer than a page: found in the
+  // second, wider window.
+  SmallTensorItem small = smallTensorItem();
+  std::string commented = small.bytes;
+  const uint64_t comment = 10000;
+  commented[commented.size() - 2] = static_cast<char>(comment & 0xFF);
+  commented[commented.size() - 1] = static_cast<char>(comment >> 8);
+  commented.append(comment, 'c');
+  MemorySource source(commented);
+  auto found = openTorchSaveItem(source);
+  ASSERT_TRUE(found) << found.error();
+  EXPECT_EQ(found->entries.size(), 7u);
+  // One whose comment runs past the end is still no zip.
+  commented.resize(commented.size() - 1);
+  EXPECT_NE(openError(commented).find("no end of central directory record"), std::string::npos)
+      << openError(commented);
 }
 
 TEST(ZipReader, SingleByteCorruptionNeverCrashes) {

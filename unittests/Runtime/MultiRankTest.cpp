@@ -431,6 +431,42 @@ TEST(MultiRank, AColdLoadInTheSavedLayoutReadsStraightIntoTheBuffers) {
   (void)createPosixStorage()->removeTree(work);
 }
 
+TEST(CheckpointReader, PrefetchesAnItemsZipRecordsAndNotItsData) {
+  // A cold load asks for every item's first and last pages up front: opening
+  // the item reads them, and would otherwise wait behind the data reads.
+  std::string work = tempDir();
+  ASSERT_FALSE(work.empty());
+  expectAllOk(saveOnRanks(hugeWeight(1), work + "/ckpt", 59));
+  std::string data = work + "/ckpt/__0_0.distcp";
+  int fd = ::open(data.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  ::fsync(fd);
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+  auto probe = FileSource::open(data);
+  ASSERT_TRUE(probe);
+  if ((*probe)->missingShare(0, (*probe)->size()) < 0.9)
+    GTEST_SKIP() << "this file system keeps evicted files in its cache";
+  std::unique_ptr<Storage> storage = createPosixStorage();
+  Result<std::unique_ptr<CheckpointReader>> reader =
+      CheckpointReader::open(work + "/ckpt", *storage);
+  ASSERT_TRUE(reader) << reader.error();
+  Result<std::vector<SavedChunk>> chunks = (*reader)->chunksOf("model.huge");
+  ASSERT_TRUE(chunks && chunks->size() == 1u);
+  const SavedChunk &chunk = chunks->front();
+  (*reader)->prefetchRecords(chunk);
+  uint64_t first = chunk.itemOffset, last = chunk.itemOffset + chunk.itemLength - 4096;
+  // The reads run in the background: wait for them (a few ms on a disk).
+  for (int tries = 0; tries < 200 && ((*probe)->missingShare(first, 8192) > 0 ||
+                                      (*probe)->missingShare(last, 4096) > 0);
+       ++tries)
+    ::usleep(10000);
+  EXPECT_EQ((*probe)->missingShare(first, 8192), 0.0);
+  EXPECT_EQ((*probe)->missingShare(last, 4096), 0.0);
+  EXPECT_GT((*probe)->missingShare(first + (1 << 20), chunk.itemLength - (2 << 20)), 0.99);
+  (void)storage->removeTree(work);
+}
+
 TEST(CheckpointReader, StreamsARangeCheckingTheWholeItemOnce) {
   std::string work = tempDir();
   ASSERT_FALSE(work.empty());

@@ -152,6 +152,10 @@ public:
   /// page cache lacks some of it); false for a file that does not open (the
   /// read reports that).
   bool cold(const SavedChunk &chunk);
+  /// Starts reading, in the background, the pages of `chunk`'s item that
+  /// opening it reads (its zip records: the first and last pages), so that
+  /// they do not wait behind the data reads a cold load keeps queued.
+  void prefetchRecords(const SavedChunk &chunk);
 
   /// The item of `chunk` of tensor `key`, opened (once) and checked against
   /// what the checkpoint says of that key: dtype, chunk shape, storage size.
