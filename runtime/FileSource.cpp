@@ -146,11 +146,23 @@ namespace {
 
 /// Direct reads: blocks of 8 MiB, 8 in flight (measured against fio on this
 /// project's disks: deeper queues and larger blocks gained nothing more).
-/// Ranges under 16 MiB are read through the cache: the queue would not fill.
+/// Staged ranges under 16 MiB are read through the cache: the queue would
+/// not fill, and each reading thread's staging is faulted in at its first
+/// direct read. Ranges read in place need no staging: from 1 MiB they go
+/// direct, in blocks of at least 1 MiB, at least 4 in flight where the range
+/// allows.
 constexpr uint64_t kDirectReadBlock = uint64_t(8) << 20;
 constexpr unsigned kDirectReadDepth = 8;
 constexpr uint64_t kDirectReadMinimum = uint64_t(16) << 20;
+constexpr uint64_t kInPlaceReadMinimum = uint64_t(1) << 20;
+constexpr uint64_t kInPlaceReadStreams = 4;
 constexpr uint64_t kDirectAlignment = 4096;
+
+/// Whether a read of [offset, ...) into `into` can land its whole pages in
+/// place: the destination sits in its page as the range does in the file's.
+bool landsInPlace(const char *into, uint64_t offset) {
+  return into && (reinterpret_cast<uintptr_t>(into) - offset) % kDirectAlignment == 0;
+}
 /// How much of a range the page cache may lack and the range still count as
 /// warm (copied out of a mapping, which faults the odd missing page in), and
 /// how much it must lack to be read direct. In between, reads through the
@@ -424,7 +436,8 @@ Status FileSource::readBlocks(uint64_t offset, uint64_t count, char *into,
   if (count < kMappedReadMinimum)
     return ByteSource::readBlocks(offset, count, into, consume);
   double missing = missingShare(offset, count);
-  if (directAllowed_ && count >= kDirectReadMinimum && missing > kDirectMissingShare) {
+  uint64_t directMinimum = landsInPlace(into, offset) ? kInPlaceReadMinimum : kDirectReadMinimum;
+  if (directAllowed_ && count >= directMinimum && missing > kDirectMissingShare) {
     if (int fd = directDescriptor(); fd >= 0)
       return readDirect(fd, offset, count, into, consume);
   } else if (into && busErrorsGuarded() && missing <= kWarmMissingShare) {
@@ -446,8 +459,7 @@ Status FileSource::readDirect(int fd, uint64_t offset, uint64_t count, char *int
   // (our saves place each piece so: plan::pieceDataPageOffset), the whole
   // pages land in place, neither staged nor copied; the partial ones at
   // either end go through a page of their own.
-  bool inPlace = into && wholeBegin < wholeEnd &&
-                 (reinterpret_cast<uintptr_t>(into) - offset) % kDirectAlignment == 0;
+  bool inPlace = wholeBegin < wholeEnd && landsInPlace(into, offset);
   struct Read {
     uint64_t at, bytes;
     char *to;     // where the read lands
@@ -460,8 +472,10 @@ Status FileSource::readDirect(int fd, uint64_t offset, uint64_t count, char *int
       return ByteSource::readBlocks(offset, count, into, consume);
     if (begin < wholeBegin)
       reads.push_back({begin, kDirectAlignment, edges, false});
-    for (uint64_t at = wholeBegin; at < wholeEnd; at += kDirectReadBlock)
-      reads.push_back({at, std::min(kDirectReadBlock, wholeEnd - at), into + (at - offset), true});
+    uint64_t block = std::clamp(alignUp((wholeEnd - wholeBegin) / kInPlaceReadStreams),
+                                kInPlaceReadMinimum, kDirectReadBlock);
+    for (uint64_t at = wholeBegin; at < wholeEnd; at += block)
+      reads.push_back({at, std::min(block, wholeEnd - at), into + (at - offset), true});
     if (wholeEnd < end)
       reads.push_back({wholeEnd, kDirectAlignment, edges + kDirectAlignment, false});
   } else {

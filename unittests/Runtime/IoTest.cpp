@@ -221,6 +221,31 @@ TEST(DirectReads, WhereTheDestinationSitsInItsPageAsTheRangeDoesWholePagesLandIn
   (void)createPosixStorage()->removeTree(dir);
 }
 
+TEST(DirectReads, RangesFromOneMiBGoDirectWhenTheyLandInPlace) {
+  // Staged direct reads start at 16 MiB (each thread's staging is faulted in
+  // at its first); ranges read in place need none, and go direct from 1 MiB.
+  std::string dir = tempDir();
+  ASSERT_FALSE(dir.empty());
+  std::string bytes = pattern(8u << 20, 25);
+  uint64_t offset = 4096 + 192;
+  for (uint64_t count : {uint64_t(3) << 20, uint64_t(1) << 20, uint64_t(1000) << 10}) {
+    for (bool matches : {true, false}) {
+      auto source = FileSource::open(coldFile(dir, bytes));
+      ASSERT_TRUE(source) << source.error();
+      GuardedDestination destination(matches ? offset % 4096 : 0, count);
+      ASSERT_TRUE((*source)->readBlocks(offset, count, destination.into, acceptAll));
+      EXPECT_TRUE(std::memcmp(destination.into, bytes.data() + offset, count) == 0);
+      EXPECT_TRUE(destination.guardsIntact());
+      bool direct = matches && count >= (uint64_t(1) << 20);
+      if (direct && (*source)->directBytes() == 0)
+        GTEST_SKIP() << "this file system reads through the cache (no O_DIRECT)";
+      EXPECT_EQ((*source)->directBytes(), direct ? count : 0u) << count << " " << matches;
+      EXPECT_EQ((*source)->inPlaceBytes() > 0, direct) << count << " " << matches;
+    }
+  }
+  (void)createPosixStorage()->removeTree(dir);
+}
+
 TEST(DirectReads, AFileThatShrinksUnderAnInPlaceReadIsAnErrorAndNothingLandsOutside) {
   std::string dir = tempDir();
   ASSERT_FALSE(dir.empty());
