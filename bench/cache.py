@@ -5,7 +5,10 @@ import os
 def drop_cache(paths):
     """Evicts the files' pages (fsynced first, so they are clean): a cold start."""
     for path in paths:
-        fd = os.open(path, os.O_RDONLY)
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            continue  # gone since it was listed (a save renaming its staging): nothing cached
         try:
             os.fsync(fd)
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
