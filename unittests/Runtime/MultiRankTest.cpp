@@ -302,6 +302,22 @@ plan::PlanFile hugeWeight(int64_t ranks) {
   return planFor(model);
 }
 
+/// One file's pages evicted from the page cache (written back first).
+void evict(const std::string &path) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0) << path;
+  ::fsync(fd);
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+}
+
+/// True when `path`, just evicted, reads as cold (some file systems keep
+/// evicted files in their cache).
+bool evictsToCold(const std::string &path) {
+  auto probe = FileSource::open(path);
+  return probe && (*probe)->missingShare(0, (*probe)->size()) >= 0.9;
+}
+
 TEST(MultiRank, AChunkOverSixtyFourMiBCutByAReshardIsReadOnce) {
   // One rank saves a 71 MB weight (no optimizer); two ranks load half of
   // it each. Its check reads it whole, and the half it needs is copied out
@@ -356,18 +372,12 @@ TEST(MultiRank, LoadsWithoutDirectReadsReadColdFilesThroughTheCache) {
     auto probe = FileSource::open(data);
     return probe ? (*probe)->missingShare(0, (*probe)->size()) : -1.0;
   };
-  auto drop = [&] {
-    int fd = ::open(data.c_str(), O_RDONLY);
-    ::fsync(fd);
-    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-    ::close(fd);
-  };
-  drop();
-  if (missing() < 0.9)
+  evict(data);
+  if (!evictsToCold(data))
     GTEST_SKIP() << "this file system keeps evicted files in its cache";
   for (const BackendOf &backendOf : {BackendOf{}, BackendOf(slowDevice)}) {
     for (bool direct : {true, false}) {
-      drop();
+      evict(data);
       LoadOptions options;
       options.directReads = direct;
       expectAllOk(loadOnRanks(hugeWeight(1), work + "/ckpt", 53, backendOf, options));
@@ -389,17 +399,9 @@ TEST(MultiRank, AColdLoadInTheSavedLayoutReadsStraightIntoTheBuffers) {
   ASSERT_FALSE(work.empty());
   expectAllOk(saveOnRanks(hugeWeight(1), work + "/ckpt", 57));
   std::string data = work + "/ckpt/__0_0.distcp";
-  auto drop = [&] {
-    int fd = ::open(data.c_str(), O_RDONLY);
-    ::fsync(fd);
-    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-    ::close(fd);
-  };
   const uint64_t itemBytes = uint64_t(4352) * 4096 * 4;
-  drop();
-  auto probe = FileSource::open(data);
-  ASSERT_TRUE(probe);
-  if ((*probe)->missingShare(0, (*probe)->size()) < 0.9)
+  evict(data);
+  if (!evictsToCold(data))
     GTEST_SKIP() << "this file system keeps evicted files in its cache";
   int direct = ::open(data.c_str(), O_RDONLY | O_DIRECT);
   if (direct < 0)
@@ -414,7 +416,7 @@ TEST(MultiRank, AColdLoadInTheSavedLayoutReadsStraightIntoTheBuffers) {
   for (const Case &run : {Case{"host", BackendOf{}, true, true},
                           Case{"host, direct reads off", BackendOf{}, false, false},
                           Case{"device", BackendOf(slowDevice), true, false}}) {
-    drop();
+    evict(data);
     LoadOptions options;
     options.directReads = run.direct;
     std::vector<TransferStats> stats;
@@ -438,15 +440,11 @@ TEST(CheckpointReader, PrefetchesAnItemsZipRecordsAndNotItsData) {
   ASSERT_FALSE(work.empty());
   expectAllOk(saveOnRanks(hugeWeight(1), work + "/ckpt", 59));
   std::string data = work + "/ckpt/__0_0.distcp";
-  int fd = ::open(data.c_str(), O_RDONLY);
-  ASSERT_GE(fd, 0);
-  ::fsync(fd);
-  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-  ::close(fd);
+  evict(data);
+  if (!evictsToCold(data))
+    GTEST_SKIP() << "this file system keeps evicted files in its cache";
   auto probe = FileSource::open(data);
   ASSERT_TRUE(probe);
-  if ((*probe)->missingShare(0, (*probe)->size()) < 0.9)
-    GTEST_SKIP() << "this file system keeps evicted files in its cache";
   std::unique_ptr<Storage> storage = createPosixStorage();
   Result<std::unique_ptr<CheckpointReader>> reader =
       CheckpointReader::open(work + "/ckpt", *storage);
