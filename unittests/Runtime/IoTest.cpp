@@ -168,9 +168,9 @@ TEST(DirectReads, AColdRangeIsReadInOrderIntoTheDestination) {
 struct GuardedDestination {
   static constexpr uint64_t kGuard = 3 * 4096;
   GuardedDestination(uint64_t inPage, uint64_t count)
-      : memory(static_cast<char *>(std::aligned_alloc(4096, kGuard + 4096 + count + kGuard))),
-        into(memory + kGuard + inPage), count(count),
-        size(kGuard + 4096 + count + kGuard) {
+      : size((kGuard + 4096 + count + kGuard + 4095) / 4096 * 4096), // aligned_alloc's rule
+        memory(static_cast<char *>(std::aligned_alloc(4096, size))),
+        into(memory + kGuard + inPage), count(count) {
     std::memset(memory, 0xA5, size);
   }
   ~GuardedDestination() { std::free(memory); }
@@ -183,8 +183,9 @@ struct GuardedDestination {
         return false;
     return true;
   }
+  uint64_t size;
   char *memory, *into;
-  uint64_t count, size;
+  uint64_t count;
 };
 
 TEST(DirectReads, WhereTheDestinationSitsInItsPageAsTheRangeDoesWholePagesLandInPlace) {
