@@ -155,7 +155,7 @@ constexpr uint64_t kDirectReadBlock = uint64_t(8) << 20;
 constexpr unsigned kDirectReadDepth = 8;
 constexpr uint64_t kDirectReadMinimum = uint64_t(16) << 20;
 constexpr uint64_t kInPlaceReadMinimum = uint64_t(1) << 20;
-constexpr uint64_t kInPlaceReadStreams = 4;
+constexpr uint64_t kInPlaceReadsPerRange = 4;
 constexpr uint64_t kDirectAlignment = 4096;
 
 /// Whether a read of [offset, ...) into `into` can land its whole pages in
@@ -163,6 +163,7 @@ constexpr uint64_t kDirectAlignment = 4096;
 bool landsInPlace(const char *into, uint64_t offset) {
   return into && (reinterpret_cast<uintptr_t>(into) - offset) % kDirectAlignment == 0;
 }
+
 /// How much of a range the page cache may lack and the range still count as
 /// warm (copied out of a mapping, which faults the odd missing page in), and
 /// how much it must lack to be read direct. In between, reads through the
@@ -472,7 +473,7 @@ Status FileSource::readDirect(int fd, uint64_t offset, uint64_t count, char *int
       return ByteSource::readBlocks(offset, count, into, consume);
     if (begin < wholeBegin)
       reads.push_back({begin, kDirectAlignment, edges, false});
-    uint64_t block = std::clamp(alignUp((wholeEnd - wholeBegin) / kInPlaceReadStreams),
+    uint64_t block = std::clamp(alignUp((wholeEnd - wholeBegin) / kInPlaceReadsPerRange),
                                 kInPlaceReadMinimum, kDirectReadBlock);
     for (uint64_t at = wholeBegin; at < wholeEnd; at += block)
       reads.push_back({at, std::min(block, wholeEnd - at), into + (at - offset), true});
