@@ -543,8 +543,10 @@ def test_load_reading_through_the_page_cache(tmp_path, ck, plan1):
         os.close(fd)
     other = fm.Checkpointer(plan1)
     other.allocate()
-    other.load(tmp_path / "ck", direct_reads=False)
+    result = other.load(tmp_path / "ck", direct_reads=False)
     other.check(23)
+    # Nothing came by direct I/O, so nothing landed straight in the buffers.
+    assert result["bytes_read_in_place"] == 0 < result["bytes_read_storage"], result
     with pytest.raises(TypeError):
         other.load(tmp_path / "ck", direct_read=False)  # a misspelt option is an error
 

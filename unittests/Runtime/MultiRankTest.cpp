@@ -318,6 +318,15 @@ bool evictsToCold(const std::string &path) {
   return probe && (*probe)->missingShare(0, (*probe)->size()) >= 0.9;
 }
 
+/// One rank's save of hugeWeight into `work`/ckpt, its data file evicted:
+/// the file's path, or "" where evicting leaves it cached.
+std::string coldHugeCheckpoint(const std::string &work, uint32_t seed) {
+  expectAllOk(saveOnRanks(hugeWeight(1), work + "/ckpt", seed));
+  std::string data = work + "/ckpt/__0_0.distcp";
+  evict(data);
+  return evictsToCold(data) ? data : "";
+}
+
 TEST(MultiRank, AChunkOverSixtyFourMiBCutByAReshardIsReadOnce) {
   // One rank saves a 71 MB weight (no optimizer); two ranks load half of
   // it each. Its check reads it whole, and the half it needs is copied out
@@ -362,8 +371,9 @@ TEST(MultiRank, LoadsWithoutDirectReadsReadColdFilesThroughTheCache) {
   // it is cached); the values are right both ways, on host and device.
   std::string work = tempDir();
   ASSERT_FALSE(work.empty());
-  expectAllOk(saveOnRanks(hugeWeight(1), work + "/ckpt", 53));
-  std::string data = work + "/ckpt/__0_0.distcp";
+  std::string data = coldHugeCheckpoint(work, 53);
+  if (data.empty())
+    GTEST_SKIP() << "this file system keeps evicted files in its cache";
   auto missing = [&] {
     int fd = ::open(data.c_str(), O_RDONLY);
     EXPECT_GE(fd, 0);
@@ -372,9 +382,6 @@ TEST(MultiRank, LoadsWithoutDirectReadsReadColdFilesThroughTheCache) {
     auto probe = FileSource::open(data);
     return probe ? (*probe)->missingShare(0, (*probe)->size()) : -1.0;
   };
-  evict(data);
-  if (!evictsToCold(data))
-    GTEST_SKIP() << "this file system keeps evicted files in its cache";
   for (const BackendOf &backendOf : {BackendOf{}, BackendOf(slowDevice)}) {
     for (bool direct : {true, false}) {
       evict(data);
@@ -397,12 +404,10 @@ TEST(MultiRank, AColdLoadInTheSavedLayoutReadsStraightIntoTheBuffers) {
   // buffers (staged in host memory), nor with direct reads off.
   std::string work = tempDir();
   ASSERT_FALSE(work.empty());
-  expectAllOk(saveOnRanks(hugeWeight(1), work + "/ckpt", 57));
-  std::string data = work + "/ckpt/__0_0.distcp";
-  const uint64_t itemBytes = uint64_t(4352) * 4096 * 4;
-  evict(data);
-  if (!evictsToCold(data))
+  std::string data = coldHugeCheckpoint(work, 57);
+  if (data.empty())
     GTEST_SKIP() << "this file system keeps evicted files in its cache";
+  const uint64_t itemBytes = uint64_t(4352) * 4096 * 4;
   int direct = ::open(data.c_str(), O_RDONLY | O_DIRECT);
   if (direct < 0)
     GTEST_SKIP() << "this file system has no direct I/O";
@@ -438,10 +443,8 @@ TEST(CheckpointReader, PrefetchesAnItemsZipRecordsAndNotItsData) {
   // the item reads them, and would otherwise wait behind the data reads.
   std::string work = tempDir();
   ASSERT_FALSE(work.empty());
-  expectAllOk(saveOnRanks(hugeWeight(1), work + "/ckpt", 59));
-  std::string data = work + "/ckpt/__0_0.distcp";
-  evict(data);
-  if (!evictsToCold(data))
+  std::string data = coldHugeCheckpoint(work, 59);
+  if (data.empty())
     GTEST_SKIP() << "this file system keeps evicted files in its cache";
   auto probe = FileSource::open(data);
   ASSERT_TRUE(probe);
