@@ -2,7 +2,8 @@
 """Peers benchmark: our runtime and the other checkpointers on the same tensors, the same
 resources (2 gloo processes, the same writer threads) and the same cache state, interleaved.
 
-Systems (each saves, loads cold and loads warm, round after round, in turn):
+Systems (each saves to a new directory, loads cold and loads warm, in turn; each round in an
+order of its own, every turn after a pause of SETTLE_SECONDS):
   ours                    fm.Checkpointer over the plan, the job's gloo group as communicator
   ours-buffered           the same checkpointer, loading with direct_reads=False (cold
                           ranges through the page cache, as the peers read)
@@ -35,6 +36,7 @@ import argparse
 import gc
 import json
 import os
+import random
 import shutil
 import statistics
 import sys
@@ -48,6 +50,9 @@ import torch.multiprocessing as mp
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from cache import drop_cache, warm_cache  # noqa: E402
+
+# Seconds each system's turn waits before it starts.
+SETTLE_SECONDS = 2
 
 SYSTEMS = ["ours", "ours-buffered", "dcp", "dcp-best", "torch-checkpointing", "bytecheckpoint"]
 
@@ -268,11 +273,19 @@ def worker(rank, world, port, plan, work, threads, rounds, systems, out):
         except Exception as e:  # not installed, or needs what this machine lacks
             errors[name] = f"{type(e).__name__}: {e}"
     times = {n: {"save": [], "load_cold": [], "load_warm": []} for n in systems if n in made}
-    for _ in range(rounds):
-        for name in times:
+    for r in range(rounds):
+        # Each round in its own order (the same on every rank), so that no system always
+        # follows the same one and meets the machine in its wake; each system's turn starts
+        # after a pause for what the last one left running (its threads, the disk's flush).
+        # Every save goes to a new directory, as a job's checkpoint manager saves each step.
+        order = list(times)
+        random.Random(r).shuffle(order)
+        for name in order:
             path = os.path.join(work, name)
-            if name != "ours" and rank == 0:
+            if rank == 0:
                 shutil.rmtree(path, ignore_errors=True)
+            gc.collect()
+            time.sleep(SETTLE_SECONDS)
             dist.barrier()
             times[name]["save"].append(barrier_time(lambda: made[name].save(path))[0])
             drop(path)

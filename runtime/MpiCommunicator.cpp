@@ -6,9 +6,11 @@
 #endif
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstdint>
 #include <cstdlib>
+#include <thread>
 
 namespace fsdp {
 namespace runtime {
@@ -23,6 +25,34 @@ Status mpiCheck(int code, const char *what) {
   int length = 0;
   MPI_Error_string(code, text, &length);
   return makeError(std::string(what) + " failed: " + std::string(text, length));
+}
+
+/// Waits for a collective started with `request` without spinning: MPI's
+/// blocking calls poll at full speed, so a rank waiting for a slower one
+/// (still writing its file, say), or an async save's background thread
+/// waiting beside training, would take a core from the work it waits for.
+/// Tests back off from 10 us to 1 ms: a save or a load runs a handful of
+/// these, so the latency added is at most a few milliseconds. Bulk data
+/// (broadcastInPlace) keeps MPI's own waiting, which drives its transfers.
+Status waitWithoutSpinning(MPI_Request &request, const char *what) {
+  auto pause = std::chrono::microseconds(10);
+  for (;;) {
+    int done = 0;
+    if (Status s = mpiCheck(MPI_Test(&request, &done, MPI_STATUS_IGNORE), what); !s)
+      return s;
+    if (done)
+      return Status::success();
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(1000));
+  }
+}
+
+/// Starts a collective by `start(request)` and waits for it without spinning.
+template <typename Start> Status collective(const char *what, Start start) {
+  MPI_Request request = MPI_REQUEST_NULL;
+  if (Status s = mpiCheck(start(&request), what); !s)
+    return s;
+  return waitWithoutSpinning(request, what);
 }
 
 /// True when MPI was initialized here (and is the runtime's alone).
@@ -68,15 +98,19 @@ public:
     return provided == MPI_THREAD_MULTIPLE ||
            (provided == MPI_THREAD_SERIALIZED && initializedByRuntime);
   }
-  Status barrier() override { return mpiCheck(MPI_Barrier(comm_), "MPI_Barrier"); }
+  Status barrier() override {
+    return collective("MPI_Ibarrier", [&](MPI_Request *r) { return MPI_Ibarrier(comm_, r); });
+  }
 
   Result<std::vector<std::string>> gather(const std::string &bytes, int64_t root) override {
     // Sizes first (as 64-bit counts), then the bytes in chunks that fit int.
     long long mine = static_cast<long long>(bytes.size());
     std::vector<long long> sizes(rank_ == root ? size_ : 0);
-    if (Status s = mpiCheck(MPI_Gather(&mine, 1, MPI_LONG_LONG, sizes.data(), 1, MPI_LONG_LONG,
-                                       static_cast<int>(root), comm_),
-                            "MPI_Gather");
+    if (Status s = collective("MPI_Igather",
+                              [&](MPI_Request *r) {
+                                return MPI_Igather(&mine, 1, MPI_LONG_LONG, sizes.data(), 1,
+                                                   MPI_LONG_LONG, static_cast<int>(root), comm_, r);
+                              });
         !s)
       return s.failure();
     std::vector<int> counts, displs;
@@ -92,10 +126,12 @@ public:
         return makeError("gather of " + std::to_string(total) + " bytes exceeds MPI's int counts");
       all.resize(static_cast<size_t>(total));
     }
-    if (Status s = mpiCheck(MPI_Gatherv(bytes.data(), static_cast<int>(mine), MPI_BYTE, all.data(),
-                                        counts.data(), displs.data(), MPI_BYTE,
-                                        static_cast<int>(root), comm_),
-                            "MPI_Gatherv");
+    if (Status s = collective("MPI_Igatherv",
+                              [&](MPI_Request *r) {
+                                return MPI_Igatherv(bytes.data(), static_cast<int>(mine), MPI_BYTE,
+                                                    all.data(), counts.data(), displs.data(),
+                                                    MPI_BYTE, static_cast<int>(root), comm_, r);
+                              });
         !s)
       return s.failure();
     std::vector<std::string> out;
@@ -107,14 +143,19 @@ public:
 
   Result<std::string> broadcast(const std::string &bytes, int64_t root) override {
     long long length = static_cast<long long>(bytes.size());
-    if (Status s = mpiCheck(MPI_Bcast(&length, 1, MPI_LONG_LONG, static_cast<int>(root), comm_),
-                            "MPI_Bcast");
+    if (Status s = collective("MPI_Ibcast",
+                              [&](MPI_Request *r) {
+                                return MPI_Ibcast(&length, 1, MPI_LONG_LONG,
+                                                  static_cast<int>(root), comm_, r);
+                              });
         !s)
       return s.failure();
     std::string out = rank_ == root ? bytes : std::string(static_cast<size_t>(length), '\0');
-    if (Status s = mpiCheck(MPI_Bcast(out.data(), static_cast<int>(length), MPI_BYTE,
-                                      static_cast<int>(root), comm_),
-                            "MPI_Bcast");
+    if (Status s = collective("MPI_Ibcast",
+                              [&](MPI_Request *r) {
+                                return MPI_Ibcast(out.data(), static_cast<int>(length), MPI_BYTE,
+                                                  static_cast<int>(root), comm_, r);
+                              });
         !s)
       return s.failure();
     return out;

@@ -5,14 +5,19 @@
 // saves, loads and checks a 2-rank plan in its own directory; the halves
 // use different seeds, so a mix-up fails the check. Then each half splits
 // again into groups of one, which load their half's checkpoint into a
-// 1-rank plan.
+// 1-rank plan. First, the runtime's collectives must not spin: every rank
+// but the first waits half a second for it in a barrier, then in a
+// broadcast, and may spend no more than a fifth of that on the CPU.
 // usage: mpi_subcomm PLAN2 PLAN1 DIR
 //
 //===----------------------------------------------------------------------===//
 #include "fsdp/Runtime/Checkpointer.h"
 #include "fsdp/Runtime/MpiCommunicator.h"
 
+#include <chrono>
 #include <cstdio>
+#include <ctime>
+#include <thread>
 
 using namespace fsdp;
 using namespace fsdp::runtime;
@@ -22,6 +27,30 @@ namespace {
 int fail(int rank, const char *what, const std::string &error) {
   std::fprintf(stderr, "mpi_subcomm: rank %d: %s: %s\n", rank, what, error.c_str());
   return 1;
+}
+
+double threadCpuSeconds() {
+  timespec now{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+  return static_cast<double>(now.tv_sec) + static_cast<double>(now.tv_nsec) * 1e-9;
+}
+
+/// The CPU seconds this rank spent in a barrier and a broadcast for which
+/// rank 0 comes half a second late each (0 on rank 0).
+Result<double> cpuWhileWaiting(Communicator &comm) {
+  if (comm.rank() == 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  double start = threadCpuSeconds();
+  if (Status status = comm.barrier(); !status)
+    return status.failure();
+  if (comm.rank() == 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  Result<std::string> sent = comm.broadcast(comm.rank() == 0 ? "late" : "", 0);
+  if (!sent)
+    return sent.failure();
+  if (*sent != "late")
+    return makeError("the broadcast delivered '" + *sent + "'");
+  return comm.rank() == 0 ? 0.0 : threadCpuSeconds() - start;
 }
 
 } // namespace
@@ -41,6 +70,18 @@ int main(int argc, char **argv) {
   std::string dir = std::string(argv[3]) + "/half" + std::to_string(half);
   uint32_t seed = 100 + half;
   int status = 0;
+  {
+    Result<std::unique_ptr<Communicator>> everyone = wrapMpiCommunicator(MPI_COMM_WORLD);
+    if (!everyone)
+      return fail(world, "wrap", everyone.error());
+    Result<double> spent = cpuWhileWaiting(**everyone);
+    if (!spent)
+      return fail(world, "wait", spent.error());
+    if (*spent > 0.2)
+      return fail(world, "wait", "spent " + std::to_string(*spent) +
+                                     " s of CPU waiting 1 s for rank 0: the collectives spin");
+    std::printf("rank %d: waited for a late rank without spinning\n", world);
+  }
   {
     Result<std::unique_ptr<Communicator>> comm = wrapMpiCommunicator(halfComm);
     if (!comm)
