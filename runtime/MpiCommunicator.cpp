@@ -145,8 +145,8 @@ public:
     long long length = static_cast<long long>(bytes.size());
     if (Status s = collective("MPI_Ibcast",
                               [&](MPI_Request *r) {
-                                return MPI_Ibcast(&length, 1, MPI_LONG_LONG,
-                                                  static_cast<int>(root), comm_, r);
+                                return MPI_Ibcast(&length, 1, MPI_LONG_LONG, static_cast<int>(root),
+                                                  comm_, r);
                               });
         !s)
       return s.failure();

@@ -30,7 +30,8 @@ void copyBypassingCache(void *destination, const void *source, uint64_t bytes) {
   constexpr uint64_t kLine = 64;
   char *to = static_cast<char *>(destination);
   const char *from = static_cast<const char *>(source);
-  uint64_t head = std::min<uint64_t>(bytes, (kLine - reinterpret_cast<uintptr_t>(to) % kLine) % kLine);
+  uint64_t misaligned = reinterpret_cast<uintptr_t>(to) % kLine;
+  uint64_t head = std::min<uint64_t>(bytes, misaligned ? kLine - misaligned : 0);
   std::memcpy(to, from, head);
   uint64_t at = head;
   for (; at + kLine <= bytes; at += kLine) {

@@ -78,8 +78,9 @@ int main(int argc, char **argv) {
     if (!spent)
       return fail(world, "wait", spent.error());
     if (*spent > 0.2)
-      return fail(world, "wait", "spent " + std::to_string(*spent) +
-                                     " s of CPU waiting 1 s for rank 0: the collectives spin");
+      return fail(world, "wait",
+                  "spent " + std::to_string(*spent) +
+                      " s of CPU waiting 1 s for rank 0: the collectives spin");
     std::printf("rank %d: waited for a late rank without spinning\n", world);
   }
   {

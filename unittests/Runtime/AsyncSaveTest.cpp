@@ -96,8 +96,8 @@ TEST(AsyncSave, TheSnapshotCopyIsExactAtEveryAlignmentAndLength) {
           source[i] = static_cast<unsigned char>(i * 131 + 7);
         std::vector<unsigned char> destination(kGuard + length + kGuard, 0xAB);
         // A 64-byte aligned start, then the shift.
-        unsigned char *base = destination.data() + (64 - reinterpret_cast<uintptr_t>(
-                                                             destination.data()) % 64) % 64;
+        unsigned char *base =
+            destination.data() + (64 - reinterpret_cast<uintptr_t>(destination.data()) % 64) % 64;
         ASSERT_LE(base + destinationShift + length, destination.data() + destination.size());
         copyBypassingCache(base + destinationShift, source.data() + sourceShift, length);
         for (unsigned char *at = destination.data(); at < destination.data() + destination.size();
