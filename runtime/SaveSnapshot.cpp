@@ -32,6 +32,8 @@ void copyBypassingCache(void *destination, const void *source, uint64_t bytes) {
   const char *from = static_cast<const char *>(source);
   uint64_t misaligned = reinterpret_cast<uintptr_t>(to) % kLine;
   uint64_t head = std::min<uint64_t>(bytes, misaligned ? kLine - misaligned : 0);
+  if (!bytes)
+    return; // memcpy may not be handed a null pointer, even for no bytes
   std::memcpy(to, from, head);
   uint64_t at = head;
   for (; at + kLine <= bytes; at += kLine) {
