@@ -57,6 +57,7 @@ if [[ "${FSDP_ASAN:-1}" != 0 ]]; then
   rm -rf "$ASAN_RESULTS"
   "$ROOT/scripts/asan.sh" || status=1
   ASAN_ARGS=("$ASAN_RESULTS"/*.xml "$ASAN_RESULTS/roundtrip.txt")
+  if [[ -f "$ASAN_RESULTS/crashed.txt" ]]; then ASAN_ARGS+=("$ASAN_RESULTS/crashed.txt"); fi
 fi
 # The threaded tests under ThreadSanitizer (FSDP_TSAN=0 skips it).
 TSAN_ARGS=()
