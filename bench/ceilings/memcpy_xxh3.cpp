@@ -15,6 +15,10 @@
 //     bfloat16 into a third buffer after its hash, by the runtime's own
 //     cast: the warm load's work with its model-weight refresh, which
 //     casts each main-weight block as it lands. Not a bar.
+//   fsdp-bench-memcpy-xxh3 [--block KIB] --stream BYTES THREADS
+//     BYTES copied block by block with streaming stores (which write to
+//     memory without reading each destination line first) and not hashed:
+//     an async save's capture, the stall's ceiling beside one memcpy.
 //
 // Blocks are 1 MiB unless --block says otherwise; bench/checkpoint.py takes
 // the fastest of several sizes (smaller blocks stay in a core's cache). Every
@@ -31,6 +35,10 @@
 
 #include <CLI/CLI.hpp>
 
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
+
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -42,6 +50,27 @@
 #include <unistd.h>
 #include <vector>
 
+namespace {
+
+/// Copies with SSE2 streaming stores from a 64-byte aligned destination.
+void streamCopy(char *to, const char *from, uint64_t bytes) {
+#if defined(__x86_64__)
+  uint64_t misaligned = reinterpret_cast<uintptr_t>(to) % 64;
+  uint64_t at = std::min<uint64_t>(bytes, misaligned ? 64 - misaligned : 0);
+  std::memcpy(to, from, at);
+  for (; at + 64 <= bytes; at += 64)
+    for (int lane = 0; lane < 64; lane += 16)
+      _mm_stream_si128(reinterpret_cast<__m128i *>(to + at + lane),
+                       _mm_loadu_si128(reinterpret_cast<const __m128i *>(from + at + lane)));
+  std::memcpy(to + at, from + at, bytes - at);
+  _mm_sfence();
+#else
+  std::memcpy(to, from, bytes);
+#endif
+}
+
+} // namespace
+
 int main(int argc, char **argv) {
   CLI::App app{"The warm load's ceiling: a copy and an xxh3 of every byte, block by block"};
   uint64_t blockKiB = 1024, castElements = 0;
@@ -50,8 +79,12 @@ int main(int argc, char **argv) {
   app.add_option("--block", blockKiB, "KiB copied and hashed at a time")
       ->check(CLI::Range(uint64_t(4), uint64_t(1) << 20));
   auto *pread = app.add_option("--pread", file, "Read this cached file instead of a buffer");
-  app.add_option("--cast", castElements, "Float32 elements also cast to bfloat16")
-      ->excludes(pread);
+  auto *cast_ = app.add_option("--cast", castElements, "Float32 elements also cast to bfloat16")
+                   ->excludes(pread);
+  bool stream = false;
+  app.add_flag("--stream", stream, "Copy with streaming stores, without hashing")
+      ->excludes(pread)
+      ->excludes(cast_);
   app.add_option("numbers", numbers, "BYTES THREADS, or THREADS alone with --pread")->required();
   CLI11_PARSE(app, argc, argv);
   bool fromFile = !file.empty();
@@ -100,6 +133,9 @@ int main(int argc, char **argv) {
         if (fromFile) {
           if (::pread(fd, landed, count, static_cast<off_t>(at)) != static_cast<ssize_t>(count))
             failed = true;
+        } else if (stream) {
+          streamCopy(landed, source.data() + at, count);
+          continue;
         } else {
           std::memcpy(landed, source.data() + at, count);
         }
