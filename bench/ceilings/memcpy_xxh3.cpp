@@ -32,12 +32,10 @@
 //===----------------------------------------------------------------------===//
 #include "fsdp/Format/IntegrityIndex.h"
 #include "fsdp/Runtime/Cast.h"
+// The capture's own copy, without the rest of an async save.
+#include "../../runtime/SaveSnapshot.h"
 
 #include <CLI/CLI.hpp>
-
-#if defined(__x86_64__)
-#include <emmintrin.h>
-#endif
 
 #include <atomic>
 #include <chrono>
@@ -49,27 +47,6 @@
 #include <thread>
 #include <unistd.h>
 #include <vector>
-
-namespace {
-
-/// Copies with SSE2 streaming stores from a 64-byte aligned destination.
-void streamCopy(char *to, const char *from, uint64_t bytes) {
-#if defined(__x86_64__)
-  uint64_t misaligned = reinterpret_cast<uintptr_t>(to) % 64;
-  uint64_t at = std::min<uint64_t>(bytes, misaligned ? 64 - misaligned : 0);
-  std::memcpy(to, from, at);
-  for (; at + 64 <= bytes; at += 64)
-    for (int lane = 0; lane < 64; lane += 16)
-      _mm_stream_si128(reinterpret_cast<__m128i *>(to + at + lane),
-                       _mm_loadu_si128(reinterpret_cast<const __m128i *>(from + at + lane)));
-  std::memcpy(to + at, from + at, bytes - at);
-  _mm_sfence();
-#else
-  std::memcpy(to, from, bytes);
-#endif
-}
-
-} // namespace
 
 int main(int argc, char **argv) {
   CLI::App app{"The warm load's ceiling: a copy and an xxh3 of every byte, block by block"};
@@ -134,7 +111,7 @@ int main(int argc, char **argv) {
           if (::pread(fd, landed, count, static_cast<off_t>(at)) != static_cast<ssize_t>(count))
             failed = true;
         } else if (stream) {
-          streamCopy(landed, source.data() + at, count);
+          fsdp::runtime::copyBypassingCache(landed, source.data() + at, count);
           continue;
         } else {
           std::memcpy(landed, source.data() + at, count);
