@@ -96,6 +96,8 @@ Result<std::unique_ptr<FileSource>> FileSource::open(const std::string &path) {
 }
 
 FileSource::~FileSource() {
+  if (mapping_)
+    ::munmap(const_cast<char *>(mapping_), size_);
   ::close(fd_);
   if (directFd_ >= 0)
     ::close(directFd_);
@@ -173,7 +175,7 @@ bool landsInPlace(const char *into, uint64_t offset) {
 /// 0.5 GB/s a rank (measured cold, against 0.6 for direct reads).
 constexpr double kWarmMissingShare = 1.0 / 8, kDirectMissingShare = 3.0 / 4;
 /// Copies and hashes go block by block of this size: they stay in cache.
-constexpr uint64_t kConsumeBlock = 1 << 20;
+constexpr uint64_t kConsumeBlock = uint64_t(256) << 10;
 
 /// Each reading thread's aligned blocks, kept for its next reads (faulting
 /// 64 MiB in for every item would cost more than the reads gain).
@@ -305,8 +307,16 @@ bool busErrorsGuarded() {
 /// that is gone.
 bool guardedCopy(char *to, const char *from, size_t count) {
   sigjmp_buf jump;
-  if (sigsetjmp(jump, 1)) {
+  // The signal mask is not saved (that is a system call for every block
+  // copied): the jump out of the handler leaves SIGBUS blocked, and the
+  // jump's landing unblocks it. It was unblocked before: a SIGBUS raised by
+  // an access while blocked ends the process, handler or not.
+  if (sigsetjmp(jump, 0)) {
     guardedCopyJump = nullptr;
+    sigset_t bus;
+    sigemptyset(&bus);
+    sigaddset(&bus, SIGBUS);
+    ::pthread_sigmask(SIG_UNBLOCK, &bus, nullptr);
     return false;
   }
   guardedCopyJump = &jump;
@@ -319,30 +329,28 @@ bool guardedCopy(char *to, const char *from, size_t count) {
   return true;
 }
 
-/// A read-only mapping, unmapped on destruction.
-struct Mapping {
-  void *address = MAP_FAILED;
-  size_t length = 0;
-  ~Mapping() {
-    if (address != MAP_FAILED)
-      ::munmap(address, length);
-  }
-};
-
 } // namespace
+
+const char *FileSource::wholeMapping() const {
+  std::call_once(mappedOnce_, [&] {
+    // One mapping of the whole file, kept for every range: a mapping per
+    // range mapped its partial 2 MiB ends page by page and unmapped it all
+    // again, where the kernel maps each whole huge folio of the page cache
+    // with one entry (it aligns a file mapping's address for that).
+    void *address = size_ ? ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd_, 0) : MAP_FAILED;
+    if (address != MAP_FAILED)
+      mapping_ = static_cast<const char *>(address);
+  });
+  return mapping_;
+}
 
 Status FileSource::readMapped(uint64_t offset, uint64_t count, char *into,
                               const BlockConsumer &consume, bool &mapped) const {
-  static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
-  uint64_t begin = offset / page * page;
-  Mapping mapping;
-  mapping.length = offset + count - begin;
-  mapping.address = ::mmap(nullptr, mapping.length, PROT_READ, MAP_SHARED, fd_,
-                           static_cast<off_t>(begin));
-  mapped = mapping.address != MAP_FAILED;
+  const char *file = wholeMapping();
+  mapped = file != nullptr;
   if (!mapped)
     return Status::success(); // a file system that cannot map: pread reads it
-  const char *bytes = static_cast<const char *>(mapping.address) + (offset - begin);
+  const char *bytes = file + offset; // within size_: checkRange passed
   for (uint64_t at = 0; at < count; at += kConsumeBlock) {
     uint64_t size = std::min(kConsumeBlock, count - at);
     if (!guardedCopy(into + at, bytes + at, size))

@@ -53,6 +53,9 @@ private:
   int directDescriptor() const;
   Status readDirect(int fd, uint64_t offset, uint64_t count, char *into,
                     const BlockConsumer &consume) const;
+  /// The whole file (as long as it was at open) mapped read-only, made at
+  /// the first call; nullptr where it cannot be mapped.
+  const char *wholeMapping() const;
   /// `mapped` false: the file could not be mapped and nothing was read.
   Status readMapped(uint64_t offset, uint64_t count, char *into, const BlockConsumer &consume,
                     bool &mapped) const;
@@ -60,7 +63,8 @@ private:
   std::string path_;
   int fd_;
   uint64_t size_;
-  mutable std::once_flag directOpened_;
+  mutable std::once_flag directOpened_, mappedOnce_;
+  mutable const char *mapping_ = nullptr;
   mutable int directFd_ = -1;
   bool directAllowed_ = true;
   mutable std::atomic<uint64_t> directBytes_{0};
