@@ -75,10 +75,11 @@ def emit(name, value, ref, ratio, unit="GB/s", vs="ceiling", **extra):
     print(json.dumps(record), flush=True)
 
 
-# Copies N bytes with one memcpy between two buffers touched beforehand;
-# prints seconds: the async save's stall ceiling. Says "ready" and waits for
+# Copies N bytes with one memcpy between two buffers in huge pages (as the runtime's
+# host buffers are), touched beforehand; prints seconds: the async save's stall ceiling. Says "ready" and waits for
 # the start signal first (run_together).
-MEMCPY = ("import ctypes,sys,time;n=int(sys.argv[1]);a=bytearray(n);b=bytearray(n);"
+MEMCPY = ("import ctypes,mmap,sys,time;n=int(sys.argv[1]);a=mmap.mmap(-1,n);b=mmap.mmap(-1,n);"
+          "a.madvise(mmap.MADV_HUGEPAGE);b.madvise(mmap.MADV_HUGEPAGE);"
           "pa=ctypes.addressof((ctypes.c_char*n).from_buffer(a));"
           "pb=ctypes.addressof((ctypes.c_char*n).from_buffer(b));"
           "ctypes.memset(pa,1,n);ctypes.memset(pb,2,n);print('ready',flush=True);"
@@ -213,6 +214,10 @@ WARM_METHODS = {
     "memcpy + xxh3 8M": ["--block", "8192"],
     "pread + xxh3 256K": ["--block", "256", "--pread"],
     "pread + xxh3 1M": ["--block", "1024", "--pread"],
+    # The load's own way: memcpy out of one mapping of each cached file, whose page faults
+    # (one per 2 MiB folio of the cache, one per few pages of smaller ones) the copies
+    # between buffers above do not pay.
+    "mmap + xxh3 256K": ["--block", "256", "--mmap"],
 }
 
 
@@ -220,7 +225,7 @@ def memcpy_xxh3_seconds(tool, sizes, threads, method, files, casts=None):
     """Seconds of one WARM_METHODS method over every rank's bytes, the ranks at once (a pread
     method reads `files`, one per rank, from the page cache). With `casts`: each block of
     that many of each rank's float32 elements also cast to bfloat16 as it lands."""
-    if "--pread" in method:
+    if "--pread" in method or "--mmap" in method:
         return run_together([[tool] + method + [f, str(threads)] for f in files])
     return run_together([[tool] + method + (["--cast", str(casts[rank])] if casts else []) +
                          [str(size), str(threads)] for rank, size in enumerate(sizes)])
@@ -348,7 +353,7 @@ def round_trip(tools, plan, casts, ckdir, work, threads, ours_first=True):
     copy_method = figures["load_warm"][3]
     # Beside it (not a bar), the same with the load's model-weight refresh: each block of the
     # main weights cast to bf16 as it lands, at the fastest memcpy block size of the round.
-    block = WARM_METHODS[copy_method.replace("pread", "memcpy")]
+    block = WARM_METHODS[copy_method.replace("pread", "memcpy").replace("mmap", "memcpy")]
     t_cast = memcpy_xxh3_seconds(tool, sizes, threads, block, files, casts=casts)
     figures["load_warm_cast"] = (t_warm, t_cast, total,
                                  "memcpy + xxh3 + the bf16 cast of the main weights", None)

@@ -10,6 +10,10 @@
 //   fsdp-bench-memcpy-xxh3 [--block KIB] --pread FILE THREADS
 //     FILE (in the page cache) read by pread into a buffer: the kernel's
 //     copy out of the cache instead of memcpy.
+//   fsdp-bench-memcpy-xxh3 [--block KIB] --mmap FILE THREADS
+//     FILE (in the page cache) mapped whole and copied out with memcpy, as a
+//     load copies a cached range: the faults that map the cache's pages
+//     count, which a copy between buffers does not pay.
 //   fsdp-bench-memcpy-xxh3 [--block KIB] --cast ELEMENTS BYTES THREADS
 //     as the first, and each block of the first ELEMENTS float32 cast to
 //     bfloat16 into a third buffer after its hash, by the runtime's own
@@ -22,7 +26,8 @@
 //
 // Blocks are 1 MiB unless --block says otherwise; bench/checkpoint.py takes
 // the fastest of several sizes (smaller blocks stay in a core's cache). Every
-// buffer is touched before the clock starts. Once they are, it prints
+// buffer is in huge pages, as the runtime's are, and touched before the
+// clock starts. Once they are, it prints
 // "ready" and waits for a line (or the end) on stdin, so that
 // bench/checkpoint.py, which runs one per rank, times them all at once, as
 // the ranks of a load run (setting up one while another is timed would give
@@ -40,13 +45,44 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
 #include <string>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <thread>
 #include <unistd.h>
 #include <vector>
+
+namespace {
+/// Bytes in transparent huge pages where the kernel grants them, every page
+/// touched (filled with `fill`).
+class HugePageBuffer {
+public:
+  HugePageBuffer(uint64_t bytes, int fill) {
+    constexpr uint64_t kHugePage = uint64_t(2) << 20;
+    uint64_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+    if (rounded) {
+      data_ = static_cast<char *>(std::aligned_alloc(kHugePage, rounded));
+      if (!data_) {
+        std::fprintf(stderr, "fsdp-bench-memcpy-xxh3: cannot allocate %llu bytes\n",
+                     static_cast<unsigned long long>(bytes));
+        std::exit(2);
+      }
+      (void)::madvise(data_, rounded, MADV_HUGEPAGE);
+      std::memset(data_, fill, rounded);
+    }
+  }
+  ~HugePageBuffer() { std::free(data_); }
+  HugePageBuffer(const HugePageBuffer &) = delete;
+  HugePageBuffer &operator=(const HugePageBuffer &) = delete;
+  char *data() { return data_; }
+
+private:
+  char *data_ = nullptr;
+};
+} // namespace
 
 int main(int argc, char **argv) {
   CLI::App app{"The warm load's ceiling: a copy and an xxh3 of every byte, block by block"};
@@ -55,19 +91,27 @@ int main(int argc, char **argv) {
   std::vector<uint64_t> numbers;
   app.add_option("--block", blockKiB, "KiB copied and hashed at a time")
       ->check(CLI::Range(uint64_t(4), uint64_t(1) << 20));
+  std::string mapped;
   auto *pread = app.add_option("--pread", file, "Read this cached file instead of a buffer");
+  auto *map = app.add_option("--mmap", mapped, "Copy out of a mapping of this cached file")
+                  ->excludes(pread);
   auto *cast_ = app.add_option("--cast", castElements, "Float32 elements also cast to bfloat16")
-                   ->excludes(pread);
+                   ->excludes(pread)
+                   ->excludes(map);
   bool stream = false;
   app.add_flag("--stream", stream, "Copy with streaming stores, without hashing")
       ->excludes(pread)
+      ->excludes(map)
       ->excludes(cast_);
-  app.add_option("numbers", numbers, "BYTES THREADS, or THREADS alone with --pread")->required();
+  app.add_option("numbers", numbers, "BYTES THREADS, or THREADS alone with a file")->required();
   CLI11_PARSE(app, argc, argv);
+  bool viaMapping = !mapped.empty();
+  if (viaMapping)
+    file = mapped;
   bool fromFile = !file.empty();
   if (numbers.size() != (fromFile ? 1u : 2u)) {
     std::fprintf(stderr, "fsdp-bench-memcpy-xxh3: expected %s\n",
-                 fromFile ? "THREADS after --pread FILE" : "BYTES THREADS");
+                 fromFile ? "THREADS after the FILE" : "BYTES THREADS");
     return 2;
   }
   int fd = -1;
@@ -81,6 +125,17 @@ int main(int argc, char **argv) {
     }
     bytes = static_cast<uint64_t>(info.st_size);
   }
+  // The whole file mapped once, as a load maps each file: the page faults
+  // that map the cache's pages fall within the timed copies.
+  const char *mapping = nullptr;
+  if (viaMapping && bytes) {
+    void *address = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
+    if (address == MAP_FAILED) {
+      std::fprintf(stderr, "fsdp-bench-memcpy-xxh3: cannot map %s\n", file.c_str());
+      return 2;
+    }
+    mapping = static_cast<const char *>(address);
+  }
   uint64_t threads = numbers.back();
   if (!bytes || !threads || threads > 1024) {
     std::fprintf(stderr, "fsdp-bench-memcpy-xxh3: BYTES and THREADS must be positive\n");
@@ -92,8 +147,10 @@ int main(int argc, char **argv) {
   }
   // KiB: whole float32 elements, so that a block's cast never cuts one.
   const uint64_t block = blockKiB << 10;
-  std::vector<char> source(fromFile ? 0 : bytes, 1), destination(bytes, 2);
-  std::vector<uint16_t> cast(castElements, 3);
+  // In huge pages, as the runtime's host buffers are (MemoryBackend.cpp):
+  // in small ones every copy would also pay the TLB misses a load does not.
+  HugePageBuffer source(fromFile ? 0 : bytes, 1), destination(bytes, 2),
+      cast(castElements * sizeof(uint16_t), 3);
   std::atomic<uint64_t> next{0}, sink{0};
   std::atomic<bool> failed{false};
   std::printf("ready\n");
@@ -107,7 +164,9 @@ int main(int argc, char **argv) {
       for (uint64_t at; (at = next.fetch_add(block)) < bytes;) {
         uint64_t count = std::min(block, bytes - at);
         char *landed = destination.data() + at;
-        if (fromFile) {
+        if (mapping) {
+          std::memcpy(landed, mapping + at, count);
+        } else if (fromFile) {
           if (::pread(fd, landed, count, static_cast<off_t>(at)) != static_cast<ssize_t>(count))
             failed = true;
         } else if (stream) {
@@ -119,7 +178,8 @@ int main(int argc, char **argv) {
         digest ^= fsdp::integrity::xxh3(landed, count);
         if (at / 4 < castElements &&
             !fsdp::runtime::castElements(fsdp::dcp::DType::Float32, landed,
-                                         fsdp::dcp::DType::BFloat16, cast.data() + at / 4,
+                                         fsdp::dcp::DType::BFloat16,
+                                         reinterpret_cast<uint16_t *>(cast.data()) + at / 4,
                                          std::min(count / 4, castElements - at / 4)))
           failed = true;
       }
