@@ -25,8 +25,9 @@ ceiling first:
              (--buffered-io);
   load warm  the load with every file in the page cache against the fastest
              copy and xxh3 of every byte, block by block (fsdp-bench-memcpy-xxh3:
-             memcpy in 256 KiB, 1 MiB and 8 MiB blocks, pread of the cached
-             files in 256 KiB and 1 MiB; what a checked load cannot skip);
+             memcpy between buffers in huge pages in 256 KiB, 1 MiB and 8 MiB
+             blocks, pread of the cached files in 256 KiB and 1 MiB, memcpy out
+             of a mapping of each cached file; what a checked load cannot skip);
              beside it, not a bar, the same with the bf16 cast of each rank's
              main weights, block by block as they land, that refreshes its model
              weights, as the load does;
@@ -453,8 +454,9 @@ def main():
               "methods and deeper ones (2 and 4 jobs per file at queue depth 16, io_uring at 32; 16 and 32 threads a file into huge pages; "
               "kernel AIO into huge pages, as the load reads, without its checks) "
               "reading the checkpoint's own files after the cache is dropped; warm load, "
-              "the fastest copy and xxh3 of every byte (memcpy in 256 KiB, 1 MiB and 8 MiB "
-              "blocks, pread of the cached files in 256 KiB and 1 MiB: what a checked load "
+              "the fastest copy and xxh3 of every byte (memcpy between buffers in huge pages "
+              "in 256 KiB, 1 MiB and 8 MiB blocks, pread of the cached files in 256 KiB and "
+              "1 MiB, memcpy out of a mapping of each cached file: what a checked load "
               "cannot skip); async stall, the faster of one memcpy of each rank's bytes and "
               "a copy of them in 64 MiB blocks with streaming stores on the save's threads")
     finally:
