@@ -76,9 +76,9 @@ def emit(name, value, ref, ratio, unit="GB/s", vs="ceiling", **extra):
     print(json.dumps(record), flush=True)
 
 
-# Copies N bytes with one memcpy between two buffers in huge pages (as the runtime's
-# host buffers are), touched beforehand; prints seconds: the async save's stall ceiling. Says "ready" and waits for
-# the start signal first (run_together).
+# Copies N bytes with one memcpy between two buffers in huge pages (as the runtime's host
+# buffers are), touched beforehand; prints seconds: the async save's stall ceiling. Says
+# "ready" and waits for the start signal first (run_together).
 MEMCPY = ("import ctypes,mmap,sys,time;n=int(sys.argv[1]);a=mmap.mmap(-1,n);b=mmap.mmap(-1,n);"
           "a.madvise(mmap.MADV_HUGEPAGE);b.madvise(mmap.MADV_HUGEPAGE);"
           "pa=ctypes.addressof((ctypes.c_char*n).from_buffer(a));"

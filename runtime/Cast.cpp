@@ -104,7 +104,8 @@ FSDP_AVX2 inline __m256i bfloat16Bits(__m256i bits) {
   __m256i isNan = _mm256_castps_si256(
       _mm256_cmp_ps(_mm256_castsi256_ps(bits), _mm256_castsi256_ps(bits), _CMP_UNORD_Q));
   __m256i lowestKept = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
-  __m256i bias = _mm256_andnot_si256(isNan, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lowestKept));
+  __m256i bias =
+      _mm256_andnot_si256(isNan, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lowestKept));
   __m256i quiet = _mm256_and_si256(isNan, _mm256_set1_epi32(0x00400000));
   return _mm256_srli_epi32(_mm256_or_si256(_mm256_add_epi32(bits, bias), quiet), 16);
 }
