@@ -37,6 +37,7 @@
 //===----------------------------------------------------------------------===//
 #include "fsdp/Format/IntegrityIndex.h"
 #include "fsdp/Runtime/Cast.h"
+#include "fsdp/Runtime/MemoryBackend.h"
 // The capture's own copy, without the rest of an async save.
 #include "../../runtime/SaveSnapshot.h"
 
@@ -47,6 +48,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <fcntl.h>
 #include <string>
 #include <sys/mman.h>
@@ -56,32 +58,20 @@
 #include <vector>
 
 namespace {
-/// Bytes in transparent huge pages where the kernel grants them, every page
-/// touched (filled with `fill`).
-class HugePageBuffer {
-public:
-  HugePageBuffer(uint64_t bytes, int fill) {
-    constexpr uint64_t kHugePage = uint64_t(2) << 20;
-    uint64_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
-    if (rounded) {
-      data_ = static_cast<char *>(std::aligned_alloc(kHugePage, rounded));
-      if (!data_) {
-        std::fprintf(stderr, "fsdp-bench-memcpy-xxh3: cannot allocate %llu bytes\n",
-                     static_cast<unsigned long long>(bytes));
-        std::exit(2);
-      }
-      (void)::madvise(data_, rounded, MADV_HUGEPAGE);
-      std::memset(data_, fill, rounded);
-    }
+/// `bytes` of host memory as the runtime's buffers get it (huge pages, every
+/// page touched), filled with `fill`; exits on failure.
+std::shared_ptr<char> hostBytes(uint64_t bytes, int fill) {
+  std::shared_ptr<fsdp::runtime::MemoryBackend> host = fsdp::runtime::createHostBackend();
+  fsdp::Result<void *> memory = host->allocate(bytes);
+  if (!memory) {
+    std::fprintf(stderr, "fsdp-bench-memcpy-xxh3: %s\n", memory.error().c_str());
+    std::exit(2);
   }
-  ~HugePageBuffer() { std::free(data_); }
-  HugePageBuffer(const HugePageBuffer &) = delete;
-  HugePageBuffer &operator=(const HugePageBuffer &) = delete;
-  char *data() { return data_; }
-
-private:
-  char *data_ = nullptr;
-};
+  if (bytes)
+    std::memset(*memory, fill, bytes);
+  return std::shared_ptr<char>(static_cast<char *>(*memory),
+                               [host](char *data) { host->release(data); });
+}
 } // namespace
 
 int main(int argc, char **argv) {
@@ -147,10 +137,11 @@ int main(int argc, char **argv) {
   }
   // KiB: whole float32 elements, so that a block's cast never cuts one.
   const uint64_t block = blockKiB << 10;
-  // In huge pages, as the runtime's host buffers are (MemoryBackend.cpp):
+  // The runtime's own host memory (huge pages, MemoryBackend.cpp):
   // in small ones every copy would also pay the TLB misses a load does not.
-  HugePageBuffer source(fromFile ? 0 : bytes, 1), destination(bytes, 2),
-      cast(castElements * sizeof(uint16_t), 3);
+  std::shared_ptr<char> source = hostBytes(fromFile ? 0 : bytes, 1),
+                        destination = hostBytes(bytes, 2),
+                        cast = hostBytes(castElements * sizeof(uint16_t), 3);
   std::atomic<uint64_t> next{0}, sink{0};
   std::atomic<bool> failed{false};
   std::printf("ready\n");
@@ -163,23 +154,23 @@ int main(int argc, char **argv) {
       uint64_t digest = 0;
       for (uint64_t at; (at = next.fetch_add(block)) < bytes;) {
         uint64_t count = std::min(block, bytes - at);
-        char *landed = destination.data() + at;
+        char *landed = destination.get() + at;
         if (mapping) {
           std::memcpy(landed, mapping + at, count);
         } else if (fromFile) {
           if (::pread(fd, landed, count, static_cast<off_t>(at)) != static_cast<ssize_t>(count))
             failed = true;
         } else if (stream) {
-          fsdp::runtime::copyBypassingCache(landed, source.data() + at, count);
+          fsdp::runtime::copyBypassingCache(landed, source.get() + at, count);
           continue;
         } else {
-          std::memcpy(landed, source.data() + at, count);
+          std::memcpy(landed, source.get() + at, count);
         }
         digest ^= fsdp::integrity::xxh3(landed, count);
         if (at / 4 < castElements &&
             !fsdp::runtime::castElements(fsdp::dcp::DType::Float32, landed,
                                          fsdp::dcp::DType::BFloat16,
-                                         reinterpret_cast<uint16_t *>(cast.data()) + at / 4,
+                                         reinterpret_cast<uint16_t *>(cast.get()) + at / 4,
                                          std::min(count / 4, castElements - at / 4)))
           failed = true;
       }
