@@ -233,30 +233,71 @@ bool ModelWeightRefresh::castsAsLanded(int32_t group) {
   return found && found->castsAsLanded;
 }
 
-void ModelWeightRefresh::landed(int32_t group, const char *at, uint64_t bytes) {
+ModelWeightRefresh::Group *ModelWeightRefresh::wholeElements(int32_t group, const char *at,
+                                                             uint64_t bytes, uint64_t &first,
+                                                             uint64_t &end) {
   Group *found = find(group);
   if (!found || !found->castsAsLanded)
-    return;
+    return nullptr;
   const ModelWeightCast &cast = found->cast;
   const char *base = static_cast<const char *>(cast.main.data);
   // Compared as addresses: bytes of another buffer are not this one's.
   auto address = [](const char *p) { return reinterpret_cast<uintptr_t>(p); };
   if (address(at) < address(base) || bytes > cast.main.bytes ||
       address(at) - address(base) > cast.main.bytes - bytes)
-    return; // finish() casts whatever this buffer did not get here
+    return nullptr; // finish() casts whatever this buffer did not get here
   uint64_t mainSize = dcp::dtypeInfo(cast.main.dtype).elementSize;
-  uint64_t modelSize = dcp::dtypeInfo(cast.model.dtype).elementSize;
   uint64_t offset = address(at) - address(base);
   // The whole elements among the bytes; a cut one is left to finish().
-  uint64_t first = (offset + mainSize - 1) / mainSize;
-  uint64_t end = std::min((offset + bytes) / mainSize, cast.elements);
-  if (first >= end)
-    return;
-  if (!castElements(cast.main.dtype, base + first * mainSize, cast.model.dtype,
-                    static_cast<char *>(cast.model.data) + first * modelSize, end - first))
-    return; // not recorded: finish() casts it again and reports the error
+  first = (offset + mainSize - 1) / mainSize;
+  end = std::min((offset + bytes) / mainSize, cast.elements);
+  return first < end ? found : nullptr;
+}
+
+void ModelWeightRefresh::record(Group &group, uint64_t first, uint64_t end) {
   std::lock_guard<std::mutex> lock(mutex_);
-  found->landed.emplace_back(first, end);
+  group.landed.emplace_back(first, end);
+}
+
+void ModelWeightRefresh::landed(int32_t group, const char *at, uint64_t bytes) {
+  uint64_t first = 0, end = 0;
+  Group *found = wholeElements(group, at, bytes, first, end);
+  if (!found)
+    return;
+  const ModelWeightCast &cast = found->cast;
+  uint64_t mainSize = dcp::dtypeInfo(cast.main.dtype).elementSize;
+  uint64_t modelSize = dcp::dtypeInfo(cast.model.dtype).elementSize;
+  if (!castElements(cast.main.dtype, static_cast<const char *>(cast.main.data) + first * mainSize,
+                    cast.model.dtype, static_cast<char *>(cast.model.data) + first * modelSize,
+                    end - first))
+    return; // not recorded: finish() casts it again and reports the error
+  record(*found, first, end);
+}
+
+void ModelWeightRefresh::copyLanded(int32_t group, char *to, const char *from, uint64_t bytes) {
+  uint64_t first = 0, end = 0;
+  Group *found = wholeElements(group, to, bytes, first, end);
+  if (!found) {
+    std::memcpy(to, from, bytes);
+    return;
+  }
+  const ModelWeightCast &cast = found->cast;
+  uint64_t mainSize = dcp::dtypeInfo(cast.main.dtype).elementSize;
+  uint64_t modelSize = dcp::dtypeInfo(cast.model.dtype).elementSize;
+  char *base = static_cast<char *>(cast.main.data);
+  // The bytes before the first whole element and after the last one are
+  // only copied.
+  uint64_t head = first * mainSize - static_cast<uint64_t>(to - base);
+  uint64_t whole = (end - first) * mainSize;
+  std::memcpy(to, from, head);
+  std::memcpy(to + head + whole, from + head + whole, bytes - head - whole);
+  if (!copyAndCastElements(cast.main.dtype, from + head, to + head, cast.model.dtype,
+                           static_cast<char *>(cast.model.data) + first * modelSize,
+                           end - first)) {
+    std::memcpy(to + head, from + head, whole);
+    return; // not recorded: finish() casts it again and reports the error
+  }
+  record(*found, first, end);
 }
 
 Status ModelWeightRefresh::finish(unsigned threads) {

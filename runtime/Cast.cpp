@@ -9,6 +9,7 @@
 #include "CastKernels.h"
 #include "ElementBits.h"
 
+#include <algorithm>
 #include <cstring>
 #if FSDP_CAST_HAS_X86_LEVELS
 #include <immintrin.h>
@@ -88,6 +89,28 @@ bool castFrom(dcp::DType from, const void *in, void *out, uint64_t count, Conver
 void floatToBFloat16Baseline(const void *in, void *out, uint64_t count) {
   castLoop<float, uint16_t>(in, out, count, [](float v) { return toBFloat16(v); });
 }
+
+/// Copies `count` elements of `elementSize` bytes from `in` to `copy` and
+/// casts each run of them from there by `castRun(from, out, count)` while
+/// the run is in L1.
+template <typename CastRun>
+void copyThenCast(const void *in, void *copy, void *out, uint64_t count, uint64_t elementSize,
+                  uint64_t outSize, CastRun castRun) {
+  constexpr uint64_t kRunBytes = 16 << 10;
+  uint64_t run = std::max<uint64_t>(1, kRunBytes / elementSize);
+  const char *from = static_cast<const char *>(in);
+  char *copied = static_cast<char *>(copy);
+  char *to = static_cast<char *>(out);
+  for (uint64_t j = 0; j < count; j += run) {
+    uint64_t n = std::min(run, count - j);
+    std::memcpy(copied + j * elementSize, from + j * elementSize, n * elementSize);
+    castRun(copied + j * elementSize, to + j * outSize, n);
+  }
+}
+
+void copyFloatToBFloat16Baseline(const void *in, void *copy, void *out, uint64_t count) {
+  copyThenCast(in, copy, out, count, 4, 2, floatToBFloat16Baseline);
+}
 FSDP_HALF_CAST_KERNEL(, Baseline)
 #if FSDP_CAST_HAS_X86_LEVELS
 FSDP_HALF_CAST_KERNEL(__attribute__((target("arch=x86-64-v3"))), X86_64_V3)
@@ -110,19 +133,48 @@ FSDP_AVX2 inline __m256i bfloat16Bits(__m256i bits) {
   return _mm256_srli_epi32(_mm256_or_si256(_mm256_add_epi32(bits, bias), quiet), 16);
 }
 
+/// 16 f32 (two vectors of bits) as 16 bf16.
+FSDP_AVX2 inline __m256i packBFloat16(__m256i low, __m256i high) {
+  // Each lane's 16-bit values fit unsaturated; the pack interleaves the
+  // 128-bit halves, which the permute puts back in order.
+  return _mm256_permute4x64_epi64(_mm256_packus_epi32(bfloat16Bits(low), bfloat16Bits(high)),
+                                  0xd8);
+}
+
+FSDP_AVX2 inline __m256i load256(const char *at) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(at));
+}
+FSDP_AVX2 inline void store256(char *at, __m256i value) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i *>(at), value);
+}
+
 FSDP_AVX2 void floatToBFloat16Avx2(const void *in, void *out, uint64_t count) {
   const char *from = static_cast<const char *>(in);
   char *to = static_cast<char *>(out);
   uint64_t j = 0;
+  for (; j + 16 <= count; j += 16)
+    store256(to + 2 * j, packBFloat16(load256(from + 4 * j), load256(from + 4 * j + 32)));
+  castLoop<float, uint16_t>(from + 4 * j, to + 2 * j, count - j,
+                            [](float v) { return toBFloat16(v); });
+}
+
+// The copy a load makes of a main weight from the page cache is bound by
+// memory, the cast by arithmetic: in one loop the cast's arithmetic runs
+// while the copy waits on memory. Measured (1.2 GB on 2 threads, with xxh3
+// as a load hashes): 0.119 s against 0.142 s for a copy and then a cast,
+// 0.113 s for the copy and hash alone.
+FSDP_AVX2 void copyFloatToBFloat16Avx2(const void *in, void *copy, void *out, uint64_t count) {
+  const char *from = static_cast<const char *>(in);
+  char *copied = static_cast<char *>(copy);
+  char *to = static_cast<char *>(out);
+  uint64_t j = 0;
   for (; j + 16 <= count; j += 16) {
-    __m256i low = bfloat16Bits(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(from + 4 * j)));
-    __m256i high =
-        bfloat16Bits(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(from + 4 * j + 32)));
-    // Each lane's 16-bit values fit unsaturated; the pack interleaves the
-    // 128-bit halves, which the permute puts back in order.
-    __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(low, high), 0xd8);
-    _mm256_storeu_si256(reinterpret_cast<__m256i *>(to + 2 * j), packed);
+    __m256i low = load256(from + 4 * j), high = load256(from + 4 * j + 32);
+    store256(copied + 4 * j, low);
+    store256(copied + 4 * j + 32, high);
+    store256(to + 2 * j, packBFloat16(low, high));
   }
+  std::memcpy(copied + 4 * j, from + 4 * j, 4 * (count - j));
   castLoop<float, uint16_t>(from + 4 * j, to + 2 * j, count - j,
                             [](float v) { return toBFloat16(v); });
 }
@@ -139,13 +191,15 @@ const FloatCastKernels &bestFloatCastKernels() {
 
 std::vector<FloatCastKernels> runnableFloatCastKernels() {
   std::vector<FloatCastKernels> kernels = {
-      {"baseline", floatToBFloat16Baseline, floatToHalfBaseline}};
+      {"baseline", floatToBFloat16Baseline, floatToHalfBaseline, copyFloatToBFloat16Baseline}};
 #if FSDP_CAST_HAS_X86_LEVELS
   __builtin_cpu_init();
   if (__builtin_cpu_supports("x86-64-v3"))
-    kernels.push_back({"x86-64-v3", floatToBFloat16Avx2, floatToHalfX86_64_V3});
+    kernels.push_back(
+        {"x86-64-v3", floatToBFloat16Avx2, floatToHalfX86_64_V3, copyFloatToBFloat16Avx2});
   if (__builtin_cpu_supports("x86-64-v4"))
-    kernels.push_back({"x86-64-v4", floatToBFloat16Avx2, floatToHalfX86_64_V4});
+    kernels.push_back(
+        {"x86-64-v4", floatToBFloat16Avx2, floatToHalfX86_64_V4, copyFloatToBFloat16Avx2});
 #endif
   return kernels;
 }
@@ -197,6 +251,23 @@ Status castElements(dcp::DType from, const void *in, dcp::DType to, void *out, u
     return makeError("cannot cast " + dcp::dtypeNameOrCode(from) + " to " +
                      dcp::dtypeNameOrCode(to));
   return Status::success();
+}
+
+Status copyAndCastElements(dcp::DType from, const void *in, void *copy, dcp::DType to, void *out,
+                           uint64_t count) {
+  if (from == dcp::DType::Float32 && to == dcp::DType::BFloat16) {
+    bestFloatCastKernels().copyToBFloat16(in, copy, out, count);
+    return Status::success();
+  }
+  if (!isCastable(from) || !isCastable(to))
+    return castElements(from, in, to, out, count); // its error, nothing copied
+  Status status = Status::success();
+  copyThenCast(in, copy, out, count, dcp::dtypeInfo(from).elementSize,
+               dcp::dtypeInfo(to).elementSize, [&](const void *run, void *into, uint64_t n) {
+                 if (status)
+                   status = castElements(from, run, to, into, n);
+               });
+  return status;
 }
 
 } // namespace runtime

@@ -23,6 +23,8 @@ struct FloatCastKernels {
   const char *isa;
   void (*toBFloat16)(const void *in, void *out, uint64_t count);
   void (*toHalf)(const void *in, void *out, uint64_t count);
+  /// toBFloat16 that also copies the f32 source to `copy` in the same pass.
+  void (*copyToBFloat16)(const void *in, void *copy, void *out, uint64_t count);
 };
 
 /// The kernels this build has and this CPU runs, the baseline first and the

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <new>
+#include <utility>
 
 namespace fsdp {
 namespace runtime {
@@ -566,6 +567,15 @@ Status CheckpointReader::readAndCheck(TensorItem &item, char *destination, const
   if (Status status = item.file->read(item.itemOffset, before.data(), before.size()); !status)
     return status;
   hash.update(before.data(), before.size());
+  // A block the read copies is cast as it is copied; one read straight
+  // into the destination is cast once it is hashed.
+  bool landedInCopy = false;
+  zip::ByteSource::BlockCopy copy;
+  if (landed && landed->copy && destination)
+    copy = [&](char *to, const char *from, size_t size) {
+      landed->copy(to, from, size);
+      landedInCopy = true;
+    };
   if (Status status = item.file->readBlocks(
           item.dataOffset, dataBytes, destination,
           [&](uint64_t at, const char *block, size_t size) {
@@ -573,10 +583,11 @@ Status CheckpointReader::readAndCheck(TensorItem &item, char *destination, const
               hash.update(block, size);
             else
               crc = zip::crc32(block, size, crc);
-            if (landed && destination)
+            if (landed && destination && !std::exchange(landedInCopy, false))
               (*landed)(destination + at, size);
             return sink ? (*sink)(at, block, size) : Status::success();
-          });
+          },
+          copy ? &copy : nullptr);
       !status)
     return status;
   if (Status status = item.file->read(item.dataOffset + dataBytes, after.data(), after.size());

@@ -303,9 +303,9 @@ bool busErrorsGuarded() {
          current.sa_sigaction == onBusError;
 }
 
-/// memcpy that returns false instead of dying when `from` is a mapped page
-/// that is gone.
-bool guardedCopy(char *to, const char *from, size_t count) {
+/// memcpy (or `copy`, where given) that returns false instead of dying when
+/// `from` is a mapped page that is gone.
+bool guardedCopy(char *to, const char *from, size_t count, const zip::ByteSource::BlockCopy *copy) {
   sigjmp_buf jump;
   // The signal mask is not saved (that is a system call for every block
   // copied): the jump out of the handler leaves SIGBUS blocked, and the
@@ -323,7 +323,10 @@ bool guardedCopy(char *to, const char *from, size_t count) {
   // The handler reads the jump: the fences keep the compiler from moving
   // (or dropping) the stores across the copy.
   std::atomic_signal_fence(std::memory_order_seq_cst);
-  std::memcpy(to, from, count);
+  if (copy)
+    (*copy)(to, from, count);
+  else
+    std::memcpy(to, from, count);
   std::atomic_signal_fence(std::memory_order_seq_cst);
   guardedCopyJump = nullptr;
   return true;
@@ -345,7 +348,8 @@ const char *FileSource::wholeMapping() const {
 }
 
 Status FileSource::readMapped(uint64_t offset, uint64_t count, char *into,
-                              const BlockConsumer &consume, bool &mapped) const {
+                              const BlockConsumer &consume, const BlockCopy *copy,
+                              bool &mapped) const {
   const char *file = wholeMapping();
   mapped = file != nullptr;
   if (!mapped)
@@ -353,7 +357,7 @@ Status FileSource::readMapped(uint64_t offset, uint64_t count, char *into,
   const char *bytes = file + offset; // within size_: checkRange passed
   for (uint64_t at = 0; at < count; at += kConsumeBlock) {
     uint64_t size = std::min(kConsumeBlock, count - at);
-    if (!guardedCopy(into + at, bytes + at, size))
+    if (!guardedCopy(into + at, bytes + at, size, copy))
       return makeError(path_ + ": unexpected end of file within " + std::to_string(size) +
                            " bytes at " + std::to_string(offset + at) +
                            " (the file shrank while being read)",
@@ -439,7 +443,7 @@ int FileSource::directDescriptor() const {
 }
 
 Status FileSource::readBlocks(uint64_t offset, uint64_t count, char *into,
-                              const BlockConsumer &consume) const {
+                              const BlockConsumer &consume, const BlockCopy *copy) const {
   if (Status status = checkRange(offset, count); !status)
     return status;
   if (count < kMappedReadMinimum)
@@ -448,10 +452,10 @@ Status FileSource::readBlocks(uint64_t offset, uint64_t count, char *into,
   uint64_t directMinimum = landsInPlace(into, offset) ? kInPlaceReadMinimum : kDirectReadMinimum;
   if (directAllowed_ && count >= directMinimum && missing > kDirectMissingShare) {
     if (int fd = directDescriptor(); fd >= 0)
-      return readDirect(fd, offset, count, into, consume);
+      return readDirect(fd, offset, count, into, consume, copy);
   } else if (into && busErrorsGuarded() && missing <= kWarmMissingShare) {
     bool mapped = false;
-    Status status = readMapped(offset, count, into, consume, mapped);
+    Status status = readMapped(offset, count, into, consume, copy, mapped);
     if (mapped)
       return status;
   }
@@ -459,7 +463,7 @@ Status FileSource::readBlocks(uint64_t offset, uint64_t count, char *into,
 }
 
 Status FileSource::readDirect(int fd, uint64_t offset, uint64_t count, char *into,
-                              const BlockConsumer &consume) const {
+                              const BlockConsumer &consume, const BlockCopy *copy) const {
   auto alignDown = [](uint64_t at) { return at / kDirectAlignment * kDirectAlignment; };
   auto alignUp = [&](uint64_t at) { return alignDown(at + kDirectAlignment - 1); };
   uint64_t begin = alignDown(offset), end = alignUp(offset + count);
@@ -562,8 +566,12 @@ Status FileSource::readDirect(int fd, uint64_t offset, uint64_t count, char *int
     for (uint64_t at = from; at < to; at += kConsumeBlock) {
       uint64_t size = std::min(kConsumeBlock, to - at);
       const char *piece = read.to + (at - read.at);
-      if (into && !read.inPlace)
-        std::memcpy(into + (at - offset), piece, size);
+      if (into && !read.inPlace) {
+        if (copy)
+          (*copy)(into + (at - offset), piece, size);
+        else
+          std::memcpy(into + (at - offset), piece, size);
+      }
       if (into)
         piece = into + (at - offset);
       if (Status status = consume(at - offset, piece, size); !status)

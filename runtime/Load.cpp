@@ -273,11 +273,14 @@ Result<LoadResult> loadCheckpoint(const plan::RankPlan &plan, RankBuffers &buffe
           CheckpointReader::Landed landed;
           if (refresh && read.buffer.role == plan::BufferRole::MainWeight &&
               refresh->castsAsLanded(read.buffer.group))
-            landed = [&](const char *at, uint64_t bytes) {
-              refresh->landed(read.buffer.group, at, bytes);
-            };
+            landed = {[&](const char *at, uint64_t bytes) {
+                        refresh->landed(read.buffer.group, at, bytes);
+                      },
+                      [&](char *to, const char *from, size_t bytes) {
+                        refresh->copyLanded(read.buffer.group, to, from, bytes);
+                      }};
           if (Status piece = loader->loadPiece(read, index, buffers, *staging[worker],
-                                               landed ? &landed : nullptr);
+                                               landed.landed ? &landed : nullptr);
               !piece)
             return piece;
         } else if (read.source == plan::ItemSource::Step) {

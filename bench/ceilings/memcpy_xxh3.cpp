@@ -15,10 +15,10 @@
 //     load copies a cached range: the faults that map the cache's pages
 //     count, which a copy between buffers does not pay.
 //   fsdp-bench-memcpy-xxh3 [--block KIB] --cast ELEMENTS BYTES THREADS
-//     as the first, and each block of the first ELEMENTS float32 cast to
-//     bfloat16 into a third buffer after its hash, by the runtime's own
+//     as the first, and the first ELEMENTS float32 also cast to bfloat16
+//     into a third buffer as they are copied, by the runtime's own copying
 //     cast: the warm load's work with its model-weight refresh, which
-//     casts each main-weight block as it lands. Not a bar.
+//     casts each main-weight block as it copies it. Not a bar.
 //   fsdp-bench-memcpy-xxh3 [--block KIB] --stream BYTES THREADS
 //     BYTES copied block by block with streaming stores (which write to
 //     memory without reading each destination line first) and not hashed:
@@ -164,15 +164,17 @@ int main(int argc, char **argv) {
           fsdp::runtime::copyBypassingCache(landed, source.get() + at, count);
           continue;
         } else {
-          std::memcpy(landed, source.get() + at, count);
+          // The block's part among the first ELEMENTS is cast as it is copied.
+          uint64_t castBytes =
+              at / 4 < castElements ? std::min(count / 4, castElements - at / 4) * 4 : 0;
+          if (castBytes &&
+              !fsdp::runtime::copyAndCastElements(
+                  fsdp::dcp::DType::Float32, source.get() + at, landed, fsdp::dcp::DType::BFloat16,
+                  reinterpret_cast<uint16_t *>(cast.get()) + at / 4, castBytes / 4))
+            failed = true;
+          std::memcpy(landed + castBytes, source.get() + at + castBytes, count - castBytes);
         }
         digest ^= fsdp::integrity::xxh3(landed, count);
-        if (at / 4 < castElements &&
-            !fsdp::runtime::castElements(fsdp::dcp::DType::Float32, landed,
-                                         fsdp::dcp::DType::BFloat16,
-                                         reinterpret_cast<uint16_t *>(cast.get()) + at / 4,
-                                         std::min(count / 4, castElements - at / 4)))
-          failed = true;
       }
       sink ^= digest;
     });

@@ -270,7 +270,8 @@ Result<ItemLayout> planArchive(const std::vector<RecordSpec> &records) {
 //===----------------------------------------------------------------------===//
 
 Status ByteSource::readBlocks(uint64_t offset, uint64_t count, char *into,
-                              const BlockConsumer &consume) const {
+                              const BlockConsumer &consume, const BlockCopy *copy) const {
+  (void)copy; // every block is read straight into `into`
   constexpr uint64_t kBlock = 1 << 20, kAhead = uint64_t(32) << 20;
   std::string spare(into ? 0 : std::min(kBlock, count), '\0');
   prefetch(offset, std::min(kAhead, count));

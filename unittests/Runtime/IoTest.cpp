@@ -489,6 +489,94 @@ TEST(MappedReads, AFileThatShrinksAfterItWasOpenedIsAnErrorNotACrash) {
   (void)createPosixStorage()->removeTree(dir);
 }
 
+/// A BlockCopy that copies and counts, and the bytes it has copied.
+struct CountingCopy {
+  uint64_t copied = 0;
+  const char *lastEnd = nullptr; // where the last block copied ends in the destination
+  zip::ByteSource::BlockCopy copy = [this](char *to, const char *from, size_t size) {
+    std::memcpy(to, from, size);
+    copied += size;
+    lastEnd = to + size;
+  };
+};
+
+TEST(BlockCopies, EveryBlockCopiedIntoTheDestinationGoesThroughTheCallersCopy) {
+  // A load casts main weights as it copies them: each block a read copies
+  // (out of a mapping, or out of staging) is copied by the caller's copy,
+  // before the consumer hears of it; blocks read straight into the
+  // destination (in place, or by pread) are not.
+  std::string dir = tempDir();
+  ASSERT_FALSE(dir.empty());
+  std::string bytes = pattern(40u << 20, 31);
+  uint64_t offset = 5 * 4096 + 704, count = bytes.size() - offset - 3000;
+  uint64_t wholePages = (offset + count) / 4096 * 4096 - (offset + 4095) / 4096 * 4096;
+  struct Case {
+    const char *name;
+    bool warm;
+    uint64_t inPage; // where the destination starts in its page
+    uint64_t count;
+  };
+  for (const Case &run : {Case{"warm: mapped", true, 64, count},
+                          Case{"cold: staged", false, 64, count},
+                          Case{"cold: in place", false, offset % 4096, count},
+                          Case{"under 1 MiB: pread", true, 64, uint64_t(1000) << 10}}) {
+    SCOPED_TRACE(run.name);
+    auto source = FileSource::open(run.warm ? warmFile(dir, bytes) : coldFile(dir, bytes));
+    ASSERT_TRUE(source) << source.error();
+    GuardedDestination destination(run.inPage, run.count);
+    CountingCopy copy;
+    uint64_t next = 0, heardCopied = 0;
+    Status read = (*source)->readBlocks(
+        offset, run.count, destination.into,
+        [&](uint64_t at, const char *block, size_t size) {
+          EXPECT_EQ(block, destination.into + at);
+          // A copied block has been copied whole when the consumer hears of it.
+          if (copy.lastEnd == block + size)
+            heardCopied += size;
+          next = at + size;
+          return Status::success();
+        },
+        &copy.copy);
+    ASSERT_TRUE(read) << read.error();
+    EXPECT_EQ(next, run.count);
+    EXPECT_TRUE(std::memcmp(destination.into, bytes.data() + offset, run.count) == 0);
+    EXPECT_TRUE(destination.guardsIntact());
+    EXPECT_EQ(heardCopied, copy.copied);
+    uint64_t readStraightIn = (*source)->inPlaceBytes();
+    if (run.count < (1u << 20)) {
+      EXPECT_EQ(copy.copied, 0u);
+    } else if (run.warm) {
+      EXPECT_EQ((*source)->mappedBytes(), run.count);
+      EXPECT_EQ(copy.copied, run.count);
+    } else {
+      if ((*source)->directBytes() == 0)
+        GTEST_SKIP() << "this file system reads through the cache (no O_DIRECT)";
+      EXPECT_EQ(readStraightIn, run.inPage == offset % 4096 ? wholePages : 0u);
+      EXPECT_EQ(copy.copied, run.count - readStraightIn);
+    }
+  }
+  (void)createPosixStorage()->removeTree(dir);
+}
+
+TEST(BlockCopies, AFileThatShrinksUnderTheCallersCopyIsAnErrorNotACrash) {
+  std::string dir = tempDir();
+  ASSERT_FALSE(dir.empty());
+  std::string bytes = pattern(40u << 20, 33);
+  std::string path = warmFile(dir, bytes);
+  auto source = FileSource::open(path);
+  ASSERT_TRUE(source) << source.error();
+  ASSERT_EQ(::truncate(path.c_str(), 20 << 20), 0);
+  std::string destination(bytes.size(), '\0');
+  CountingCopy copy;
+  Status read = (*source)->readBlocks(0, bytes.size(), destination.data(), acceptAll, &copy.copy);
+  ASSERT_FALSE(read);
+  EXPECT_NE(read.error().find("at 20971520 (the file shrank while being read)"),
+            std::string::npos)
+      << read.error();
+  EXPECT_EQ(copy.copied, uint64_t(20) << 20); // the blocks before the end, not the one cut
+  (void)createPosixStorage()->removeTree(dir);
+}
+
 void callersBusHandler(int) { std::_Exit(99); }
 
 TEST(MappedReads, ACallersOwnBusHandlerIsLeftAloneAndPreadReads) {

@@ -297,6 +297,45 @@ TEST(ModelWeightRefresh, BytesCastAsTheyLandTheRestAtTheEnd) {
   EXPECT_TRUE(checkModelWeights(plan, *buffers));
 }
 
+TEST(ModelWeightRefresh, BytesCopiedInAreCastOnTheWayTheRestAtTheEnd) {
+  plan::RankPlan plan = castPlan();
+  Result<RankBuffers> buffers = RankBuffers::allocate(plan);
+  ASSERT_TRUE(buffers) << buffers.error();
+  std::vector<std::string> expected = castByHand(*buffers);
+  BufferView main = *buffers->get(0, plan::BufferRole::MainWeight);
+  BufferView mainOfOne = *buffers->get(1, plan::BufferRole::MainWeight);
+  // What a load copies in: the main weights' values, from elsewhere.
+  std::string values(main.bytes, '\0'), valuesOfOne(mainOfOne.bytes, '\0');
+  ASSERT_TRUE(main.copyOut(0, main.bytes, values.data()));
+  ASSERT_TRUE(mainOfOne.copyOut(0, mainOfOne.bytes, valuesOfOne.data()));
+  std::memset(main.data, 0, main.bytes);
+  char *base = static_cast<char *>(main.data);
+  ModelWeightRefresh refresh(plan, *buffers);
+  // As BytesCastAsTheyLandTheRestAtTheEnd, copied in: elements 0-9 whole,
+  // 10 cut by two copies, 11-19; bytes outside the buffer only copied.
+  refresh.copyLanded(0, base, values.data(), 42);
+  refresh.copyLanded(0, base + 42, values.data() + 42, 38);
+  refresh.copyLanded(0, base + 4 * 20 - 1, values.data(), 0);
+  std::string outside(8, 'x'), copied(8, '\0');
+  refresh.copyLanded(0, copied.data(), outside.data(), 8);
+  EXPECT_EQ(copied, outside);
+  // Group 1's whole buffer at once, on the one-pass f32 -> f16 path.
+  refresh.copyLanded(1, static_cast<char *>(mainOfOne.data), valuesOfOne.data(),
+                     mainOfOne.bytes);
+  EXPECT_TRUE(std::memcmp(base, values.data(), 80) == 0);
+  std::string model = modelBytes(*buffers, 0);
+  EXPECT_EQ(model.substr(0, 20), expected[0].substr(0, 20)); // elements 0-9
+  EXPECT_EQ(model.substr(20, 2), std::string(2, '\0'));      // element 10: cut, not cast yet
+  EXPECT_EQ(model.substr(22, 18), expected[0].substr(22, 18));
+  EXPECT_TRUE(model.substr(40) == std::string(model.size() - 40, '\0'));
+  EXPECT_TRUE(modelBytes(*buffers, 1) == expected[1]);
+  // The rest of group 0's main weight lands as a read straight in would.
+  std::memcpy(base + 80, values.data() + 80, main.bytes - 80);
+  ASSERT_TRUE(refresh.finish(3));
+  EXPECT_TRUE(modelBytes(*buffers, 0) == expected[0]);
+  EXPECT_TRUE(checkModelWeights(plan, *buffers));
+}
+
 TEST(ModelWeightRefresh, ADeviceCastsOnlyAtTheEnd) {
   plan::RankPlan plan = castPlan();
   Result<RankBuffers> buffers = RankBuffers::allocate(plan, createSimulatedDeviceBackend());

@@ -365,6 +365,29 @@ TEST(MultiRank, AChunkOverSixtyFourMiBCutByAReshardIsReadOnce) {
   (void)createPosixStorage()->removeTree(work);
 }
 
+TEST(MultiRank, ALoadCastsTheMainWeightItCopiesWarmOrCold) {
+  // A 71 MB main weight cast into its bf16 model weight as it is copied:
+  // out of the page cache (warm), in place but for its edge pages (cold),
+  // or in a load of half of it per rank; model weights checked each time.
+  std::string work = tempDir();
+  ASSERT_FALSE(work.empty());
+  expectAllOk(saveOnRanks(hugeWeight(1), work + "/ckpt", 59));
+  std::string data = work + "/ckpt/__0_0.distcp";
+  for (int64_t ranks : {1, 2})
+    for (bool warm : {true, false}) {
+      SCOPED_TRACE((warm ? "warm, " : "cold, ") + std::to_string(ranks) + " ranks");
+      evict(data);
+      if (warm) {
+        std::ifstream file(data, std::ios::binary);
+        std::vector<char> block(1 << 20);
+        while (file.read(block.data(), static_cast<std::streamsize>(block.size())))
+          ;
+      }
+      expectAllOk(loadOnRanks(hugeWeight(ranks), work + "/ckpt", 59));
+    }
+  (void)createPosixStorage()->removeTree(work);
+}
+
 TEST(MultiRank, LoadsWithoutDirectReadsReadColdFilesThroughTheCache) {
   // A cold 71 MB item: read direct by default (the page cache stays
   // without it), through the cache with LoadOptions::directReads off (then

@@ -599,6 +599,13 @@ TEST(Values, VectorCastsEqualTheScalarOnesBitForBit) {
           ASSERT_EQ(bf16[j], floatToBFloat16(in[start + j])) << std::hex << bits[start + j];
           ASSERT_EQ(f16[j], floatToHalf(in[start + j])) << std::hex << bits[start + j];
         }
+        // The copying cast: the same bf16, and the source's bytes copied.
+        std::vector<uint16_t> castAsCopied(n);
+        std::vector<float> copy(n + 1, 7.0f);
+        kernel.copyToBFloat16(in.data() + start, copy.data(), castAsCopied.data(), n);
+        ASSERT_TRUE(castAsCopied == std::vector<uint16_t>(bf16.begin(), bf16.begin() + n));
+        ASSERT_EQ(std::memcmp(copy.data(), in.data() + start, 4 * n), 0);
+        ASSERT_EQ(copy[n], 7.0f); // nothing past the end
       }
     }
   }
@@ -607,6 +614,36 @@ TEST(Values, VectorCastsEqualTheScalarOnesBitForBit) {
   ASSERT_TRUE(castElements(DType::Float32, in.data(), DType::BFloat16, out.data() + 1, in.size()));
   kernels.back().toBFloat16(in.data(), bf16.data(), in.size());
   EXPECT_EQ(std::memcmp(out.data() + 1, bf16.data(), 2 * in.size()), 0);
+}
+
+TEST(Values, CopyAndCastIsACopyAndACastInEveryDtypePair) {
+  std::mt19937 rng(91);
+  const uint64_t n = 3 * 4096 + 5; // runs of the chunked copy, and a tail
+  std::vector<double> values(n);
+  for (double &v : values)
+    v = (static_cast<double>(rng()) - 2147483648.0) * 1e-3;
+  values[0] = std::numeric_limits<double>::quiet_NaN();
+  for (DType from : {DType::Float64, DType::Float32, DType::BFloat16, DType::Float16})
+    for (DType to : {DType::Float64, DType::Float32, DType::BFloat16, DType::Float16}) {
+      SCOPED_TRACE(std::string(dcp::dtypeInfo(from).name) + " -> " + dcp::dtypeInfo(to).name);
+      uint64_t fromSize = dcp::dtypeInfo(from).elementSize;
+      uint64_t toSize = dcp::dtypeInfo(to).elementSize;
+      std::vector<unsigned char> in(fromSize * n), copy(fromSize * n + 1, 0xee);
+      std::vector<unsigned char> cast(toSize * n + 1), expected(toSize * n + 1);
+      ASSERT_TRUE(castElements(DType::Float64, values.data(), from, in.data(), n));
+      ASSERT_TRUE(castElements(from, in.data(), to, expected.data() + 1, n));
+      // Unaligned copy and output.
+      ASSERT_TRUE(copyAndCastElements(from, in.data(), copy.data() + 1, to, cast.data() + 1, n));
+      EXPECT_EQ(std::memcmp(copy.data() + 1, in.data(), in.size()), 0);
+      EXPECT_EQ(copy[0], 0xee);
+      EXPECT_EQ(std::memcmp(cast.data() + 1, expected.data() + 1, toSize * n), 0);
+    }
+  std::vector<int64_t> integers(8, 3), copy(8), out(8);
+  Status refused =
+      copyAndCastElements(DType::Int64, integers.data(), copy.data(), DType::Float32, out.data(), 8);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().find("cannot cast int64 to float32"), std::string::npos)
+      << refused.error();
 }
 
 TEST(Values, CastBetweenFloatTypes) {

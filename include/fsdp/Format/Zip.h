@@ -119,13 +119,21 @@ public:
   /// Called with each block of a streamed read, in order: its position
   /// from the start of the read, its bytes (valid during the call), its size.
   using BlockConsumer = std::function<Status(uint64_t at, const char *bytes, size_t size)>;
+  /// Copies `size` bytes from `from` to `to` (which do not overlap), doing
+  /// more in the same pass where its caller wants (a load casts a main
+  /// weight into its model weight as it copies it).
+  using BlockCopy = std::function<void(char *to, const char *from, size_t size)>;
   /// Reads [offset, offset + count) in order, block by block, each block
   /// handed to `consume` while it is hot (what a checked read hashes).
-  /// With `into` set the bytes also land at `into + at`. A file may read
-  /// ahead of the consumer, with direct I/O on a cold cache; here: blocks of
-  /// 1 MiB, each read ahead of 32 MiB by `prefetch`.
+  /// With `into` set the bytes also land at `into + at`: a block copied
+  /// there (out of a mapping or a staging block) is copied by `copy` when
+  /// that is given, before `consume` hears of it; one read straight there
+  /// is not. A file may read ahead of the consumer, with direct I/O on a
+  /// cold cache; here: blocks of 1 MiB read straight into `into`, each read
+  /// ahead of 32 MiB by `prefetch`.
   virtual Status readBlocks(uint64_t offset, uint64_t count, char *into,
-                            const BlockConsumer &consume) const;
+                            const BlockConsumer &consume,
+                            const BlockCopy *copy = nullptr) const;
   /// Whether cold ranges may bypass the page cache (direct I/O, where the
   /// source has it). Set before the first read.
   virtual void allowDirectReads(bool allowed) { (void)allowed; }

@@ -28,6 +28,13 @@ float halfToFloat(uint16_t value);
 /// dtype is a copy). The model_weight refresh after a load uses it.
 Status castElements(dcp::DType from, const void *in, dcp::DType to, void *out, uint64_t count);
 
+/// castElements that also copies the source's bytes to `copy` (not
+/// overlapping `in` or `out`) in the same pass: a load landing a main
+/// weight and casting it into its model weight reads each block once. f32
+/// to bf16 is one loop; the others copy and cast a few KiB at a time.
+Status copyAndCastElements(dcp::DType from, const void *in, void *copy, dcp::DType to, void *out,
+                           uint64_t count);
+
 } // namespace runtime
 } // namespace fsdp
 

@@ -167,7 +167,15 @@ public:
   bool needsCheck(const TensorItem &item) const { return options_.verifyItems && !item.verified; }
   /// Told of bytes of a destination that hold what they will keep (read,
   /// and checked as far as the check has got): where they are, how many.
-  using Landed = std::function<void(const char *at, uint64_t bytes)>;
+  /// `copy`, where set, copies the blocks a read copies into the
+  /// destination and does for them in the same pass what `landed` does for
+  /// the others (a load's cast of a main weight: one pass over each block
+  /// where there were two).
+  struct Landed {
+    std::function<void(const char *at, uint64_t bytes)> landed;
+    zip::ByteSource::BlockCopy copy;
+    void operator()(const char *at, uint64_t bytes) const { landed(at, bytes); }
+  };
   /// The item's whole storage into `destination` (storageBytes() bytes),
   /// checking the item the first time; `landed`, when given, hears of each
   /// block as it lands, while it is still in cache.

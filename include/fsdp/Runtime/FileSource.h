@@ -27,8 +27,8 @@ public:
   /// copied out of a mapping of the file, faster than the kernel's copy; the
   /// rest (partly cached ones too) through the cache, as the base does. A
   /// file that shrinks meanwhile is an error in every case.
-  Status readBlocks(uint64_t offset, uint64_t count, char *into,
-                    const BlockConsumer &consume) const override;
+  Status readBlocks(uint64_t offset, uint64_t count, char *into, const BlockConsumer &consume,
+                    const BlockCopy *copy = nullptr) const override;
   /// Off: no direct reads, every range through the cache or a mapping.
   void allowDirectReads(bool allowed) override { directAllowed_ = allowed; }
   /// More than an eighth of the range's pages missing from the cache.
@@ -52,13 +52,13 @@ private:
   /// The file reopened for direct I/O; -1 where that cannot be.
   int directDescriptor() const;
   Status readDirect(int fd, uint64_t offset, uint64_t count, char *into,
-                    const BlockConsumer &consume) const;
+                    const BlockConsumer &consume, const BlockCopy *copy) const;
   /// The whole file (as long as it was at open) mapped read-only, made at
   /// the first call; nullptr where it cannot be mapped.
   const char *wholeMapping() const;
   /// `mapped` false: the file could not be mapped and nothing was read.
   Status readMapped(uint64_t offset, uint64_t count, char *into, const BlockConsumer &consume,
-                    bool &mapped) const;
+                    const BlockCopy *copy, bool &mapped) const;
   Status checkRange(uint64_t offset, uint64_t count) const;
   std::string path_;
   int fd_;
