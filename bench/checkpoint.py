@@ -253,6 +253,9 @@ def cast_elements_per_rank(translate, lowered):
     return casts
 
 
+STALL_CEILING_TRIES = 3
+
+
 def measure_stall(ckpt, plan, ckdir, work, threads):
     """An async save (snapshot reserved before the clock, as a training job
     reserves it at start-up): the slowest rank's stall, and (seconds, method) of the faster
@@ -269,15 +272,17 @@ def measure_stall(ckpt, plan, ckdir, work, threads):
     if not match:
         sys.exit(f"bench: no stall in the output of the async save: {out}")
     ranks = json.load(open(stats_path))["ranks"]
-    copies = {
-        "one memcpy": run_together([[sys.executable, "-c", MEMCPY,
-                                     str(r["bytes_written_storage"])] for r in ranks]),
-        "streaming copy": run_together([[os.path.join(os.path.dirname(ckpt),
-                                                      "fsdp-bench-memcpy-xxh3"), "--stream",
-                                         "--block", str(64 << 10),
-                                         str(r["bytes_written_storage"]), str(threads)]
-                                        for r in ranks]),
+    methods = {
+        "one memcpy": [[sys.executable, "-c", MEMCPY, str(r["bytes_written_storage"])]
+                       for r in ranks],
+        "streaming copy": [[os.path.join(os.path.dirname(ckpt), "fsdp-bench-memcpy-xxh3"),
+                            "--stream", "--block", str(64 << 10),
+                            str(r["bytes_written_storage"]), str(threads)] for r in ranks],
     }
+    # Each the best of a few tries: the capture is the same streaming copy, so a single try
+    # of the ceiling put ours above it by the machine's noise alone (1.07 in one run).
+    copies = {name: min(run_together(argvs) for _ in range(STALL_CEILING_TRIES))
+              for name, argvs in methods.items()}
     return float(match.group(1)), fastest(copies)
 
 
@@ -341,11 +346,10 @@ def round_trip(tools, plan, casts, ckdir, work, threads, ours_first=True):
     figures["load_cold"] = against(t_cold, reads, total)
     # Beside it (not a bar): the same cold load reading through the page cache.
     figures["load_cold_buffered"] = against(cold_load("--buffered-io"), reads, total)
-    # Warm load: every byte copied from the page cache and checked, nothing less. The cache is
-    # dropped first: pages the buffered load above brought in through posix_fadvise(WILLNEED)
-    # are small folios, and warm loads from them ran 30% slower (4.3-4.7 against 5.0-6.7
-    # GB/s) than from pages read in by plain reads.
-    drop_cache(every_file)
+    # Warm load: every byte copied from the page cache and checked, nothing less. warm_cache
+    # refills the cache from nothing: pages the buffered load above brought in through
+    # posix_fadvise(WILLNEED) are small folios, and warm loads from them ran 30% slower
+    # (4.3-4.7 against 5.0-6.7 GB/s) than from pages read in by plain reads.
     warm_cache(every_file)
     t_warm = reported_seconds(MPIRUN + ["-np", "2", ckpt, "load", "--plan", plan, "--dir", ckdir,
                                         "--threads", str(threads)])
