@@ -639,8 +639,8 @@ TEST(Values, CopyAndCastIsACopyAndACastInEveryDtypePair) {
       EXPECT_EQ(std::memcmp(cast.data() + 1, expected.data() + 1, toSize * n), 0);
     }
   std::vector<int64_t> integers(8, 3), copy(8), out(8);
-  Status refused =
-      copyAndCastElements(DType::Int64, integers.data(), copy.data(), DType::Float32, out.data(), 8);
+  Status refused = copyAndCastElements(DType::Int64, integers.data(), copy.data(),
+                                       DType::Float32, out.data(), 8);
   ASSERT_FALSE(refused);
   EXPECT_NE(refused.error().find("cannot cast int64 to float32"), std::string::npos)
       << refused.error();
