@@ -188,6 +188,11 @@ struct GuardedDestination {
   uint64_t count;
 };
 
+/// The bytes of the whole 4 KiB pages of the file within [offset, offset + count).
+uint64_t wholePagesOf(uint64_t offset, uint64_t count) {
+  return (offset + count) / 4096 * 4096 - (offset + 4095) / 4096 * 4096;
+}
+
 TEST(DirectReads, WhereTheDestinationSitsInItsPageAsTheRangeDoesWholePagesLandInPlace) {
   std::string dir = tempDir();
   ASSERT_FALSE(dir.empty());
@@ -195,7 +200,7 @@ TEST(DirectReads, WhereTheDestinationSitsInItsPageAsTheRangeDoesWholePagesLandIn
   // Unaligned at both ends: the partial first and last pages are staged,
   // the whole pages between land in the destination itself.
   uint64_t offset = 5 * 4096 + 704, count = bytes.size() - offset - 3000;
-  uint64_t wholePages = (offset + count) / 4096 * 4096 - (offset + 4095) / 4096 * 4096;
+  uint64_t wholePages = wholePagesOf(offset, count);
   for (uint64_t inPage : {offset % 4096, uint64_t(64)}) {
     bool matches = inPage == offset % 4096;
     auto source = FileSource::open(coldFile(dir, bytes));
@@ -518,7 +523,7 @@ TEST(BlockCopies, EveryBlockCopiedIntoTheDestinationGoesThroughTheCallersCopy) {
   ASSERT_FALSE(dir.empty());
   std::string bytes = pattern(40u << 20, 31);
   uint64_t offset = 5 * 4096 + 704, count = bytes.size() - offset - 3000;
-  uint64_t wholePages = (offset + count) / 4096 * 4096 - (offset + 4095) / 4096 * 4096;
+  uint64_t wholePages = wholePagesOf(offset, count);
   struct Case {
     const char *name;
     bool warm;
