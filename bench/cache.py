@@ -17,13 +17,12 @@ def drop_cache(paths):
 
 
 def compact_memory():
-    """Asks the kernel to compact free memory (root only; elsewhere nothing): True if it did."""
+    """Asks the kernel to compact free memory (root only; elsewhere nothing)."""
     try:
         with open("/proc/sys/vm/compact_memory", "w") as f:
             f.write("1")
-        return True
     except OSError:
-        return False
+        pass
 
 
 def warm_cache(paths):
