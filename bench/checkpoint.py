@@ -11,14 +11,19 @@ ceiling first:
   save       `mpirun -np 2 fsdp-ckpt save` (every byte fsynced, the commit
              included) against the fastest of fio O_DIRECT (queue depth 32,
              32 MiB blocks; queue depth 8, 8 MiB; 4 jobs per file at queue
-             depth 8) and fio buffered writes of the same bytes per rank,
-             fsynced, every rank's file at once;
+             depth 8; preallocated or not), fio buffered writes and the
+             save's own writes without its work (fsdp-bench-direct-io: kernel
+             AIO from huge pages, one queue a file at depth 8 with 8 MiB and
+             its blocks reserved, at 32 with 32 MiB, 4 queues at 8) of the
+             same bytes per rank into new files, fsynced, every rank's file
+             at once (each method's files removed before the next writes, as
+             the bench removes the previous checkpoint before each save);
   load cold  `fsdp-ckpt load` after posix_fadvise(DONTNEED) on every file
              against the fastest of the same fio methods, of deeper ones
              (2 and 4 jobs per file at queue depth 16, io_uring at 32), of
              16 and 32 threads a file reading 32 MiB direct into huge pages
              (bench/rawio.py), and of the load's own reads without its checks
-             (fsdp-bench-direct-read: kernel AIO into huge pages, 4 streams a
+             (fsdp-bench-direct-io: kernel AIO into huge pages, 4 streams a
              file at depth 8 and 16, 8 at 8), reading the checkpoint's own
              files from a dropped cache; beside
              it, not a bar, the same load reading through the page cache
@@ -99,6 +104,9 @@ WRITE_METHODS = {
     # (this project's virtual disks serve parallel streams faster).
     "fio O_DIRECT 4 jobs/file qd8 8M": ["--direct=1", "--ioengine=libaio", "--iodepth=8",
                                         "--bs=8M", "--numjobs=4"],
+    "fio O_DIRECT 4 jobs/file qd8 8M fallocate": ["--direct=1", "--ioengine=libaio",
+                                                  "--iodepth=8", "--bs=8M", "--numjobs=4",
+                                                  "--fallocate=native"],
 }
 READ_METHODS = {k: v for k, v in WRITE_METHODS.items() if "fallocate" not in k}
 READ_METHODS.update({
@@ -122,7 +130,7 @@ THREAD_READ_METHODS = {
     "O_DIRECT huge pages 32 threads/file 32M": (32, 32 << 20),
 }
 # The load's own read shape and deeper ones, without its checks and copies: kernel AIO into
-# huge pages (fsdp-bench-direct-read). {name: its arguments}.
+# huge pages (fsdp-bench-direct-io). {name: its arguments}.
 AIO_READ_METHODS = {
     "O_DIRECT AIO huge pages 4 streams/file qd8 8M": ["--streams", "4", "--depth", "8",
                                                       "--block-mib", "8"],
@@ -131,6 +139,25 @@ AIO_READ_METHODS = {
     "O_DIRECT AIO huge pages 8 streams/file qd8 8M": ["--streams", "8", "--depth", "8",
                                                       "--block-mib", "8"],
 }
+# The save's own write shape (one queue of 8 MiB writes a file, 8 in flight, its blocks
+# reserved first) and wider or deeper ones, from huge pages as the save writes, so that each
+# request reaches the disk whole: kernel AIO (fsdp-bench-direct-io --write).
+AIO_WRITE_METHODS = {
+    "O_DIRECT AIO huge pages qd8 8M reserved": ["--streams", "1", "--depth", "8",
+                                                "--block-mib", "8", "--reserve"],
+    "O_DIRECT AIO huge pages qd32 32M": ["--streams", "1", "--depth", "32", "--block-mib", "32"],
+    "O_DIRECT AIO huge pages 4 streams/file qd8 8M reserved": ["--streams", "4", "--depth", "8",
+                                                               "--block-mib", "8", "--reserve"],
+}
+
+
+def direct_io_seconds(tools, argv, files, sizes):
+    """Seconds of fsdp-bench-direct-io moving every byte of `files` (`argv` says how)."""
+    out = subprocess.run([os.path.join(tools, "fsdp-bench-direct-io"), *argv, *files],
+                         check=True, capture_output=True, text=True).stdout.split()
+    if int(out[1]) < sum(sizes):
+        sys.exit(f"bench: fsdp-bench-direct-io moved {out[1]} of {sum(sizes)} bytes")
+    return float(out[0])
 
 
 def fio_seconds(rw, files, sizes, method):
@@ -155,14 +182,22 @@ def fio_seconds(rw, files, sizes, method):
 
 
 def fio_methods(rw, files, sizes, cold_files=None, tools=None):
-    """{method: seconds} of every raw method, each run in the same cache state (reads: also
-    the AIO ones, with the bench programs in `tools`)."""
+    """{method: seconds} of every raw method, each run in the same cache state (also the AIO
+    ones, with the bench programs in `tools`). Writes go to new files, as a save's do: each
+    method's files are removed before the next one writes (and after the last)."""
     times = {}
     for name, method in WRITE_METHODS.items() if rw == "write" else READ_METHODS.items():
         if cold_files:
             drop_cache(cold_files)
         times[name] = fio_seconds(rw, files, sizes, method)
-    if rw == "read":
+        if rw == "write":
+            remove_files(files)
+    if rw == "write":
+        sized = ["--write"] + [a for size in sizes for a in ("--size", str(size))]
+        for name, argv in AIO_WRITE_METHODS.items() if tools else ():
+            times[name] = direct_io_seconds(tools, sized + argv, files, sizes)
+            remove_files(files)
+    else:
         for name, (per_file, block) in THREAD_READ_METHODS.items():
             if cold_files:
                 drop_cache(cold_files)
@@ -170,12 +205,14 @@ def fio_methods(rw, files, sizes, cold_files=None, tools=None):
         for name, argv in AIO_READ_METHODS.items() if tools else ():
             if cold_files:
                 drop_cache(cold_files)
-            out = subprocess.run([os.path.join(tools, "fsdp-bench-direct-read"), *argv, *files],
-                                 check=True, capture_output=True, text=True).stdout.split()
-            if int(out[1]) < sum(sizes):
-                sys.exit(f"bench: fsdp-bench-direct-read read {out[1]} of {sum(sizes)} bytes")
-            times[name] = float(out[0])
+            times[name] = direct_io_seconds(tools, argv, files, sizes)
     return times
+
+
+def remove_files(files):
+    for path in files:
+        if os.path.exists(path):
+            os.remove(path)
 
 
 def fastest(times):
@@ -309,10 +346,7 @@ def round_trip(tools, plan, casts, ckdir, work, threads, ours_first=True):
     def fio_write(sizes):
         # The same bytes per rank, written by fio into files of its own, fsynced.
         raw = [os.path.join(work, f"raw{i}") for i in range(len(sizes))]
-        times = fio_methods("write", raw, sizes)
-        for r in raw:
-            os.remove(r)
-        return times
+        return fio_methods("write", raw, sizes, tools=tools)
 
     # The sizes a save of this plan writes: the previous round's checkpoint's.
     previous = ([os.path.getsize(f) for f in data_files()] if os.path.isdir(ckdir) else [])
@@ -453,8 +487,8 @@ def main():
               "and its ceiling in turn; medians (min-max of the per-round ratios)")
         print("\n".join(summary))
         print("  ceilings: save, the fastest of fio O_DIRECT (queue depth 32 and 8, and 4 jobs per "
-              "file) and buffered "
-              "writes of the same bytes per rank, fsynced; cold load, the fastest of the same "
+              "file; preallocated or not), buffered, and kernel AIO from huge pages as the save "
+              "writes, of the same bytes per rank into new files, fsynced; cold load, the fastest of the same "
               "methods and deeper ones (2 and 4 jobs per file at queue depth 16, io_uring at 32; 16 and 32 threads a file into huge pages; "
               "kernel AIO into huge pages, as the load reads, without its checks) "
               "reading the checkpoint's own files after the cache is dropped; warm load, "

@@ -33,6 +33,9 @@ constexpr uint64_t kDirectBlockBytes = uint64_t(8) << 20;
 constexpr uint64_t kDirectBlockAlignment = uint64_t(2) << 20;
 /// Direct writes in flight per file when not told.
 constexpr unsigned kDefaultWriteDepth = 8;
+/// Host data goes into a direct block in pieces of this size, each CRCed
+/// and hashed while it is still in the core's L2.
+constexpr uint64_t kCachedPieceBytes = uint64_t(256) << 10;
 
 /// Streams one item: header, data, trailer, with CRC32 of the data and xxh3
 /// of the whole item computed block by block while the data is hot.
@@ -58,7 +61,7 @@ struct ItemWriter {
   /// whenever it is full. Items start aligned (the plan aligns every item
   /// to 4 KiB), so the zeros fall in the gap before the next item.
   Status writeDirect(const plan::WriteItem &item, const zip::ItemLayout *layout,
-                     const std::string *payload, const Fill &fill) {
+                     const std::string *payload, const Fill &fill, bool fillsInPieces) {
     uint64_t alignment = file.directAlignment();
     uint64_t directBlockBytes = directQueue->blockBytes();
     if (item.itemOffset % alignment || directBlockBytes % alignment)
@@ -133,11 +136,20 @@ struct ItemWriter {
     hash.update(layout->header.data(), layout->header.size());
     if (Status status = append(layout->header.size(), bytesOf(layout->header)); !status)
       return status;
+    // CRC and hash each piece while it is still in the core's cache: a
+    // whole block (8 MiB) copied first was read back twice from memory.
     auto data = [&](uint64_t offset, uint64_t count, char *to) -> Status {
-      if (Status status = fill(offset, count, to); !status)
-        return propagate(status, item.key + ": " + status.error());
-      crc = zip::crc32(to, count, crc);
-      hash.update(to, count);
+      if (!fillsInPieces)
+        if (Status status = fill(offset, count, to); !status)
+          return propagate(status, item.key + ": " + status.error());
+      for (uint64_t done = 0; done < count; done += kCachedPieceBytes) {
+        uint64_t piece = std::min(kCachedPieceBytes, count - done);
+        if (fillsInPieces)
+          if (Status status = fill(offset + done, piece, to + done); !status)
+            return propagate(status, item.key + ": " + status.error());
+        crc = zip::crc32(to + done, piece, crc);
+        hash.update(to + done, piece);
+      }
       return Status::success();
     };
     if (Status status = append(layout->dataSize, data); !status)
@@ -162,9 +174,13 @@ struct ItemWriter {
         return layout.failure();
       // Each piece copied out straight into the aligned block.
       const char *source = static_cast<const char *>(view.data) + offset;
-      return writeDirect(item, *layout, nullptr, [&](uint64_t at, uint64_t size, char *to) {
-        return view.backend->copyOut(source + at, to, size).get();
-      });
+      // One device copy per block: each copy has a fixed cost.
+      return writeDirect(
+          item, *layout, nullptr,
+          [&](uint64_t at, uint64_t size, char *to) {
+            return view.backend->copyOut(source + at, to, size).get();
+          },
+          false);
     }
     if (view.backend->hostAccessible())
       return writeTensor(item, static_cast<const char *>(view.data) + offset);
@@ -249,10 +265,13 @@ struct ItemWriter {
     const zip::ItemLayout &layout = **cached;
     const char *bytesIn = static_cast<const char *>(data);
     if (directQueue)
-      return writeDirect(item, &layout, nullptr, [&](uint64_t at, uint64_t size, char *to) {
-        std::memcpy(to, bytesIn + at, size);
-        return Status::success();
-      });
+      return writeDirect(
+          item, &layout, nullptr,
+          [&](uint64_t at, uint64_t size, char *to) {
+            std::memcpy(to, bytesIn + at, size);
+            return Status::success();
+          },
+          true);
     integrity::StreamingXxh3 hash;
     hash.update(layout.header.data(), layout.header.size());
     uint32_t crc = 0;
@@ -276,7 +295,7 @@ struct ItemWriter {
 
   Status writeBytes(const plan::WriteItem &item, const std::string &payload) {
     if (directQueue)
-      return writeDirect(item, nullptr, &payload, {});
+      return writeDirect(item, nullptr, &payload, {}, false);
     if (Status status = file.writeAt(item.itemOffset, {{payload.data(), payload.size()}}); !status)
       return propagate(status, status.error() + " (item " + item.key + ")");
     checksums.push_back({itemChecksumKey(item.key, item.chunkOffsets, false), baseName(file.path()),

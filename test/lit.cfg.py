@@ -33,7 +33,8 @@ llvm_config.add_tool_substitutions(tools, [config.fsdp_tools_dir, config.llvm_to
 # The benchmark programs, unless FSDP_BUILD_BENCH is off: `REQUIRES: bench`.
 if os.access(os.path.join(config.fsdp_tools_dir, "fsdp-bench-memcpy-xxh3"), os.X_OK):
     config.available_features.add("bench")
-    llvm_config.add_tool_substitutions(["fsdp-bench-memcpy-xxh3"], [config.fsdp_tools_dir])
+    llvm_config.add_tool_substitutions(["fsdp-bench-memcpy-xxh3", "fsdp-bench-direct-io"],
+                                       [config.fsdp_tools_dir])
 
 # Python with torch, safetensors and transformers from PyPI (scripts/python-env.sh
 # makes it, cached under ~/.cache): FSDP_VENV_PYTHON names its interpreter. Tests

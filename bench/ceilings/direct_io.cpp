@@ -1,20 +1,27 @@
-//===- direct_read.cpp - The cold load's limit: direct reads, no checks ---===//
+//===- direct_io.cpp - The limits of a save and a cold load: direct I/O ----===//
 //
 // A cold load reads each range with O_DIRECT and kernel AIO into buffers in
 // huge pages (so that a request reaches the disk whole, not cut at its
-// segment limit), several ranges at a time. This program does that I/O and
-// nothing else, so that bench/checkpoint.py has a ceiling of the same shape
-// as the load, deeper or wider as asked:
+// segment limit), several ranges at a time; a save writes its file the same
+// way from blocks in huge pages. This program does that I/O and nothing
+// else, so that bench/checkpoint.py has ceilings of the same shape as ours,
+// deeper or wider as asked:
 //
-//   fsdp-bench-direct-read [--streams S] [--depth D] [--block-mib B] FILE...
+//   fsdp-bench-direct-io [--streams S] [--depth D] [--block-mib B] FILE...
 //     every FILE read at once, each by S threads (a contiguous slice each),
 //     each thread keeping D reads of B MiB in flight (io_submit), into its
 //     own buffers, 2 MiB-aligned, advised MADV_HUGEPAGE and touched before
 //     the clock starts. Prints the seconds, then the bytes read.
+//   fsdp-bench-direct-io --write --size N... [--reserve] [...] FILE...
+//     every FILE created (replacing any) and written at once, N bytes each,
+//     the same way, then fsynced; with --reserve its blocks are reserved
+//     first (fallocate, the size kept), as a save reserves its file. The
+//     clock runs from the first write to the last fsync.
 //
 // The file's tail past its last whole page is read too (a direct read must
-// be whole pages; the last one comes back short). Any failed or short read
-// before the end is an error, exit status 1.
+// be whole pages; the last one comes back short); a written file's last page
+// is written whole and the file then cut to its size. Any failed or short
+// transfer before the end is an error, exit status 1.
 //
 //===----------------------------------------------------------------------===//
 #include <CLI/CLI.hpp>
@@ -47,10 +54,10 @@ struct Slice {
   uint64_t begin, end; // whole pages, end may pass the file's size
 };
 
-/// Reads one slice with `depth` requests of `block` bytes in flight. Returns
-/// an error message, or "" when every byte came.
-std::string readSlice(const Slice &slice, unsigned depth, uint64_t block, char *buffers,
-                      uint64_t fileSize, std::atomic<uint64_t> &bytes) {
+/// Reads (or writes) one slice with `depth` requests of `block` bytes in
+/// flight. Returns an error message, or "" when every byte moved.
+std::string transferSlice(const Slice &slice, bool write, unsigned depth, uint64_t block,
+                          char *buffers, uint64_t fileSize, std::atomic<uint64_t> &bytes) {
   aio_context_t context = 0;
   if (::syscall(SYS_io_setup, depth, &context) != 0)
     return std::string("io_setup: ") + std::strerror(errno);
@@ -62,7 +69,7 @@ std::string readSlice(const Slice &slice, unsigned depth, uint64_t block, char *
     iocb &request = requests[slot];
     std::memset(&request, 0, sizeof(request));
     request.aio_data = slot;
-    request.aio_lio_opcode = IOCB_CMD_PREAD;
+    request.aio_lio_opcode = write ? IOCB_CMD_PWRITE : IOCB_CMD_PREAD;
     request.aio_fildes = static_cast<uint32_t>(slice.fd);
     request.aio_buf = reinterpret_cast<uint64_t>(buffers + slot * block);
     request.aio_offset = static_cast<int64_t>(next);
@@ -95,12 +102,12 @@ std::string readSlice(const Slice &slice, unsigned depth, uint64_t block, char *
       uint64_t wanted = request.aio_nbytes;
       uint64_t at = static_cast<uint64_t>(request.aio_offset);
       // Short only at the file's end, where its last page is partial.
-      if (result < 0 || (static_cast<uint64_t>(result) < wanted && at + result < fileSize)) {
-        error = "read at " + std::to_string(at) + ": " +
+      if (result < 0 || (static_cast<uint64_t>(result) < wanted && (write || at + result < fileSize))) {
+        error = (write ? "write at " : "read at ") + std::to_string(at) + ": " +
                 (result < 0 ? std::strerror(static_cast<int>(-result)) : "short");
         break;
       }
-      bytes += static_cast<uint64_t>(result);
+      bytes += std::min(static_cast<uint64_t>(result), fileSize - std::min(fileSize, at));
       if (next < slice.end && !submit(static_cast<unsigned>(events[e].data))) {
         error = std::string("io_submit: ") + std::strerror(errno);
         break;
@@ -122,33 +129,47 @@ std::string readSlice(const Slice &slice, unsigned depth, uint64_t block, char *
 } // namespace
 
 int main(int argc, char **argv) {
-  CLI::App app{"Reads files with O_DIRECT and kernel AIO into huge-page buffers: the cold "
-               "load's ceiling"};
+  CLI::App app{"Reads or writes files with O_DIRECT and kernel AIO from huge-page buffers: the "
+               "cold load's and the save's ceilings"};
   unsigned streams = 4, depth = 8;
   uint64_t blockMib = 8;
+  bool write = false, reserve = false;
+  std::vector<uint64_t> writeSizes;
   std::vector<std::string> paths;
   app.add_option("--streams", streams, "Threads per file, a contiguous slice each")
       ->check(CLI::Range(1u, 256u));
-  app.add_option("--depth", depth, "Reads in flight per thread")->check(CLI::Range(1u, 256u));
-  app.add_option("--block-mib", blockMib, "MiB per read")->check(CLI::Range(uint64_t(1), uint64_t(256)));
-  app.add_option("files", paths, "Files to read")->required();
+  app.add_option("--depth", depth, "Requests in flight per thread")->check(CLI::Range(1u, 256u));
+  app.add_option("--block-mib", blockMib, "MiB per request")
+      ->check(CLI::Range(uint64_t(1), uint64_t(256)));
+  app.add_flag("--write", write, "Create and write the files (then fsync), not read them");
+  app.add_option("--size", writeSizes, "With --write: bytes of each file, in order (one each)")
+      ->allow_extra_args(false);
+  app.add_flag("--reserve", reserve, "With --write: reserve each file's blocks first");
+  app.add_option("files", paths, "Files to read or write")->required();
   CLI11_PARSE(app, argc, argv);
+  if (write != (writeSizes.size() == paths.size()) || (reserve && !write)) {
+    std::fprintf(stderr, "fsdp-bench-direct-io: --write needs one --size per file, and "
+                         "--size and --reserve need --write\n");
+    return 1;
+  }
 
   const uint64_t block = blockMib << 20;
   std::vector<Slice> slices;
   std::vector<uint64_t> sizes;
   std::vector<int> fds;
-  for (const std::string &path : paths) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
+  for (size_t f = 0; f < paths.size(); ++f) {
+    const std::string &path = paths[f];
+    int fd = write ? ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT | O_CLOEXEC, 0644)
+                   : ::open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
     struct stat info;
     if (fd < 0 || ::fstat(fd, &info) != 0) {
-      std::fprintf(stderr, "fsdp-bench-direct-read: %s: %s\n", path.c_str(), std::strerror(errno));
+      std::fprintf(stderr, "fsdp-bench-direct-io: %s: %s\n", path.c_str(), std::strerror(errno));
       return 1;
     }
     fds.push_back(fd);
-    uint64_t size = static_cast<uint64_t>(info.st_size);
+    uint64_t size = write ? writeSizes[f] : static_cast<uint64_t>(info.st_size);
     uint64_t pages = (size + kPage - 1) / kPage;
-    // Slices of whole blocks where the file allows, so reads stay aligned to them.
+    // Slices of whole blocks where the file allows, so requests stay aligned to them.
     uint64_t perStream = (pages + streams - 1) / streams * kPage;
     perStream = std::max(block, (perStream + block - 1) / block * block);
     for (uint64_t begin = 0; begin < pages * kPage; begin += perStream) {
@@ -162,7 +183,7 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < slices.size(); ++i) {
     void *memory = std::aligned_alloc(kHugePage, perThread);
     if (!memory) {
-      std::fprintf(stderr, "fsdp-bench-direct-read: out of memory for %zu buffers of %llu bytes\n",
+      std::fprintf(stderr, "fsdp-bench-direct-io: out of memory for %zu buffers of %llu bytes\n",
                    slices.size(), static_cast<unsigned long long>(perThread));
       return 1;
     }
@@ -173,13 +194,27 @@ int main(int argc, char **argv) {
   std::atomic<uint64_t> bytes{0};
   std::vector<std::string> errors(slices.size());
   auto start = std::chrono::steady_clock::now();
+  // Reserved inside the clock, as a save reserves its file inside its own.
+  for (size_t f = 0; reserve && f < fds.size(); ++f)
+    if (::fallocate(fds[f], FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(writeSizes[f])) != 0) {
+      std::fprintf(stderr, "fsdp-bench-direct-io: %s: fallocate: %s\n", paths[f].c_str(),
+                   std::strerror(errno));
+      return 1;
+    }
   std::vector<std::thread> threads;
   for (size_t i = 0; i < slices.size(); ++i)
     threads.emplace_back([&, i] {
-      errors[i] = readSlice(slices[i], depth, block, buffers[i], sizes[i], bytes);
+      errors[i] = transferSlice(slices[i], write, depth, block, buffers[i], sizes[i], bytes);
     });
   for (std::thread &thread : threads)
     thread.join();
+  // Each written file cut to its size (its last page went whole) and made durable.
+  for (size_t f = 0; write && f < fds.size(); ++f)
+    if (::ftruncate(fds[f], static_cast<off_t>(writeSizes[f])) != 0 || ::fsync(fds[f]) != 0) {
+      std::fprintf(stderr, "fsdp-bench-direct-io: %s: %s\n", paths[f].c_str(),
+                   std::strerror(errno));
+      return 1;
+    }
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   for (char *buffer : buffers)
     std::free(buffer);
@@ -187,7 +222,7 @@ int main(int argc, char **argv) {
     ::close(fd);
   for (size_t i = 0; i < errors.size(); ++i)
     if (!errors[i].empty()) {
-      std::fprintf(stderr, "fsdp-bench-direct-read: slice %zu: %s\n", i, errors[i].c_str());
+      std::fprintf(stderr, "fsdp-bench-direct-io: slice %zu: %s\n", i, errors[i].c_str());
       return 1;
     }
   std::printf("%.6f\n%llu\n", seconds, static_cast<unsigned long long>(bytes.load()));
