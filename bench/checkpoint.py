@@ -488,7 +488,8 @@ def main():
         print("\n".join(summary))
         print("  ceilings: save, the fastest of fio O_DIRECT (queue depth 32 and 8, and 4 jobs per "
               "file; preallocated or not), buffered, and kernel AIO from huge pages as the save "
-              "writes, of the same bytes per rank into new files, fsynced; cold load, the fastest of the same "
+              "writes, of the same bytes per rank into new files, fsynced; cold load, the "
+              "fastest of the same "
               "methods and deeper ones (2 and 4 jobs per file at queue depth 16, io_uring at 32; 16 and 32 threads a file into huge pages; "
               "kernel AIO into huge pages, as the load reads, without its checks) "
               "reading the checkpoint's own files after the cache is dropped; warm load, "

@@ -59,7 +59,10 @@ struct ItemWriter {
   /// Direct I/O: header, data (CRC32 and xxh3 computed as it is copied in),
   /// trailer and zeros to the alignment, written from the aligned block
   /// whenever it is full. Items start aligned (the plan aligns every item
-  /// to 4 KiB), so the zeros fall in the gap before the next item.
+  /// to 4 KiB), so the zeros fall in the gap before the next item. With
+  /// `fillsInPieces` (a memcpy), `fill` is called per 256 KiB piece, each
+  /// CRCed and hashed right after; otherwise (a device copy, a fixed cost
+  /// per call) once per block, then CRCed and hashed piece by piece.
   Status writeDirect(const plan::WriteItem &item, const zip::ItemLayout *layout,
                      const std::string *payload, const Fill &fill, bool fillsInPieces) {
     uint64_t alignment = file.directAlignment();

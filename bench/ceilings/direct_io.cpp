@@ -101,8 +101,10 @@ std::string transferSlice(const Slice &slice, bool write, unsigned depth, uint64
       int64_t result = events[e].res;
       uint64_t wanted = request.aio_nbytes;
       uint64_t at = static_cast<uint64_t>(request.aio_offset);
-      // Short only at the file's end, where its last page is partial.
-      if (result < 0 || (static_cast<uint64_t>(result) < wanted && (write || at + result < fileSize))) {
+      // A read comes back short only at the file's end, where its last page is
+      // partial; a write never does.
+      bool shortBeforeTheEnd = write || at + result < fileSize;
+      if (result < 0 || (static_cast<uint64_t>(result) < wanted && shortBeforeTheEnd)) {
         error = (write ? "write at " : "read at ") + std::to_string(at) + ": " +
                 (result < 0 ? std::strerror(static_cast<int>(-result)) : "short");
         break;
