@@ -344,7 +344,7 @@ def round_trip(tools, plan, casts, ckdir, work, threads, ours_first=True):
         return sorted(os.path.join(ckdir, f) for f in os.listdir(ckdir) if f.endswith(".distcp"))
 
     def fio_write(sizes):
-        # The same bytes per rank, written by fio into files of its own, fsynced.
+        # The same bytes per rank, written by each raw method into new files, fsynced.
         raw = [os.path.join(work, f"raw{i}") for i in range(len(sizes))]
         return fio_methods("write", raw, sizes, tools=tools)
 
