@@ -36,6 +36,9 @@ constexpr unsigned kDefaultWriteDepth = 8;
 /// Host data goes into a direct block in pieces of this size, each CRCed
 /// and hashed while it is still in the core's L2.
 constexpr uint64_t kCachedPieceBytes = uint64_t(256) << 10;
+/// A worker's run of consecutive items: at most this many bytes (less when
+/// a rank's file is small, so every worker gets several runs).
+constexpr uint64_t kWriteRunBytes = uint64_t(64) << 20;
 
 /// Streams one item: header, data, trailer, with CRC32 of the data and xxh3
 /// of the whole item computed block by block while the data is hot.
@@ -52,14 +55,50 @@ struct ItemWriter {
   WriteQueue *directQueue = nullptr;
   /// The end of the last byte this writer wrote (direct writes round up).
   uint64_t end = 0;
+  /// Direct I/O: the block being filled, kept open from one item to the
+  /// next when the next starts where it ends (a worker's items follow each
+  /// other in the file): small items and items' tails then share blocks, and
+  /// the device sees full 8 MiB writes instead of a short one per item.
+  char *openBlock = nullptr;
+  /// Where `openBlock` goes in the file, and how much of it is filled.
+  uint64_t openAt = 0, openUsed = 0;
+  /// The item the open block starts in (named if its write fails).
+  std::string openKey;
+
+  ~ItemWriter() {
+    if (openBlock) // a failed save: the block goes back unwritten
+      directQueue->release(openBlock);
+  }
+
+  /// Writes the open block, its tail zeroed to the file's alignment (an
+  /// empty one goes back to the pool).
+  void submitOpenBlock() {
+    if (!openBlock)
+      return;
+    if (!openUsed) {
+      directQueue->release(openBlock);
+      openBlock = nullptr;
+      return;
+    }
+    uint64_t alignment = file.directAlignment();
+    uint64_t size = (openUsed + alignment - 1) / alignment * alignment;
+    std::memset(openBlock + openUsed, 0, size - openUsed);
+    directQueue->submit(openBlock, openAt, size, openKey);
+    openBlock = nullptr;
+    openUsed = 0;
+  }
+
+  /// After this worker's last item: its open block written.
+  void finishDirect() { submitOpenBlock(); }
 
   /// `size` bytes of an item's data from byte `at` into host memory.
   using Fill = std::function<Status(uint64_t at, uint64_t size, char *to)>;
 
   /// Direct I/O: header, data (CRC32 and xxh3 computed as it is copied in),
-  /// trailer and zeros to the alignment, written from the aligned block
-  /// whenever it is full. Items start aligned (the plan aligns every item
-  /// to 4 KiB), so the zeros fall in the gap before the next item. With
+  /// trailer and zeros to the alignment, in aligned blocks written whenever
+  /// they are full. Items start aligned (the plan aligns every item to 4
+  /// KiB), so the zeros fall in the gap before the next item; an item that
+  /// starts at the end of the open block goes on filling it. With
   /// `fillsInPieces` (a memcpy), `fill` is called per 256 KiB piece, each
   /// CRCed and hashed right after; otherwise (a device copy, a fixed cost
   /// per call) once per block, then CRCed and hashed piece by piece.
@@ -71,47 +110,46 @@ struct ItemWriter {
       return makeError(item.key + ": item at " + std::to_string(item.itemOffset) +
                            " is not aligned for direct I/O",
                        ErrorKind::Internal);
-    Result<char *> acquired = directQueue->acquire();
-    if (!acquired)
-      return acquired.failure();
-    // The block being filled goes back to the pool if the item fails.
-    struct Held {
-      WriteQueue &queue;
-      char *block;
-      ~Held() {
-        if (block)
-          queue.release(block);
+    if (openBlock) {
+      uint64_t filled = (openUsed + alignment - 1) / alignment * alignment;
+      if (openAt + filled == item.itemOffset && filled < directBlockBytes) {
+        std::memset(openBlock + openUsed, 0, filled - openUsed);
+        openUsed = filled;
+      } else {
+        submitOpenBlock();
       }
-    } held{*directQueue, *acquired};
-    char *&directBlock = held.block;
-    uint64_t at = item.itemOffset, used = 0;
-    auto flush = [&](bool last) -> Status {
-      uint64_t size = last ? (used + alignment - 1) / alignment * alignment : used;
-      if (!size)
-        return Status::success();
-      std::memset(directBlock + used, 0, size - used);
-      directQueue->submit(directBlock, at, size, item.key);
-      directBlock = nullptr;
-      at += size;
-      used = 0;
-      if (last)
-        return Status::success();
-      Result<char *> next = directQueue->acquire();
-      if (!next)
-        return next.failure();
-      directBlock = *next;
+    }
+    if (!openBlock) {
+      Result<char *> acquired = directQueue->acquire();
+      if (!acquired)
+        return acquired.failure();
+      openBlock = *acquired;
+      openAt = item.itemOffset;
+      openUsed = 0;
+      openKey = item.key;
+    }
+    // The full block written, the next one acquired where it ends.
+    auto flush = [&]() -> Status {
+      uint64_t next = openAt + openUsed;
+      submitOpenBlock();
+      Result<char *> acquired = directQueue->acquire();
+      if (!acquired)
+        return acquired.failure();
+      openBlock = *acquired;
+      openAt = next;
+      openKey = item.key;
       return Status::success();
     };
-    // Copies `size` bytes in by `copy(offset, count, to)`, flushing full blocks.
+    // Copies `size` bytes in by `copy(offset, count, to)`, writing full blocks.
     auto append = [&](uint64_t size, const auto &copy) -> Status {
       for (uint64_t done = 0; done < size;) {
-        uint64_t count = std::min(size - done, directBlockBytes - used);
-        if (Status status = copy(done, count, directBlock + used); !status)
+        uint64_t count = std::min(size - done, directBlockBytes - openUsed);
+        if (Status status = copy(done, count, openBlock + openUsed); !status)
           return status;
-        used += count;
+        openUsed += count;
         done += count;
-        if (used == directBlockBytes)
-          if (Status status = flush(false); !status)
+        if (openUsed == directBlockBytes)
+          if (Status status = flush(); !status)
             return status;
       }
       return Status::success();
@@ -124,8 +162,6 @@ struct ItemWriter {
     };
     if (payload) { // a bytes item: the archive as it is
       if (Status status = append(payload->size(), bytesOf(*payload)); !status)
-        return status;
-      if (Status status = flush(true); !status)
         return status;
       end = std::max(end, item.itemOffset + payload->size());
       checksums.push_back({itemChecksumKey(item.key, item.chunkOffsets, false),
@@ -161,8 +197,6 @@ struct ItemWriter {
     filled.setDataCrc(crc);
     hash.update(filled.trailer.data(), filled.trailer.size());
     if (Status status = append(filled.trailer.size(), bytesOf(filled.trailer)); !status)
-      return status;
-    if (Status status = flush(true); !status)
       return status;
     end = std::max(end, item.itemOffset + layout->totalSize);
     return recordChecksum(item, hash.digest());
@@ -427,8 +461,8 @@ Status writeRankFile(const plan::RankPlan &plan, const RankBuffers &buffers,
   }
   std::vector<std::unique_ptr<ItemWriter>> writers;
   for (unsigned worker = 0; worker < threads; ++worker) {
-    writers.push_back(
-        std::make_unique<ItemWriter>(ItemWriter{layouts[worker], **file, found[worker], 0, pool}));
+    writers.push_back(std::unique_ptr<ItemWriter>(
+        new ItemWriter{layouts[worker], **file, found[worker], 0, pool}));
     writers.back()->directQueue = queue.get();
   }
   uint64_t total = 0;
@@ -436,7 +470,7 @@ Status writeRankFile(const plan::RankPlan &plan, const RankBuffers &buffers,
     total += item.itemLength;
   std::atomic<uint64_t> written{0};
   ProgressReporter progress(options.progress, total);
-  Status wrote = forEachItem(plan.writes.size(), threads, [&](size_t index, unsigned worker) {
+  auto writeItem = [&](size_t index, unsigned worker) -> Status {
     const plan::WriteItem &item = plan.writes[index];
     ItemWriter &writer = *writers[worker];
     Status status;
@@ -469,9 +503,30 @@ Status writeRankFile(const plan::RankPlan &plan, const RankBuffers &buffers,
     if (!status)
       return status;
     return progress.reached(written += item.itemLength);
+  };
+  // Workers take runs of items that follow each other in the plan (and the
+  // file), so that a direct writer's blocks run on from one item to the next;
+  // runs are small enough for every worker to get several.
+  uint64_t runBytes = std::max<uint64_t>(
+      1, std::min<uint64_t>(kWriteRunBytes, total / (uint64_t(threads) * 4)));
+  std::vector<std::pair<size_t, size_t>> runs; // [first, last) items
+  for (size_t first = 0, index = 0; index < plan.writes.size(); first = index) {
+    uint64_t bytes = 0;
+    while (index < plan.writes.size() && bytes < runBytes)
+      bytes += plan.writes[index++].itemLength;
+    runs.emplace_back(first, index);
+  }
+  Status wrote = forEachItem(runs.size(), threads, [&](size_t run, unsigned worker) {
+    for (size_t index = runs[run].first; index < runs[run].second; ++index)
+      if (Status status = writeItem(index, worker); !status)
+        return status;
+    return Status::success();
   });
   if (!wrote)
     return wrote;
+  for (std::unique_ptr<ItemWriter> &writer : writers)
+    if (writer->directQueue)
+      writer->finishDirect();
   if (queue)
     if (Status status = queue->drain(); !status)
       return status;

@@ -37,8 +37,12 @@ def main(ckpt, plan, world, root, trials, seed, asynchronous):
     outcomes = {"old": 0, "new": 0}
     for trial in range(trials):
         op = rng.choice(["write", "write", "sync", "rename"])
-        nth = rng.randint(1, 3) if op == "rename" else rng.randint(1, 4 if op == "write" else 1)
         rank = 0 if op == "rename" else rng.randrange(world)
+        # The writes a rank surely makes: a small model's rank file goes out in
+        # one direct write (its items share a block); rank 0 then writes the
+        # commit's three files.
+        nth = {"rename": rng.randint(1, 3), "sync": 1,
+               "write": rng.randint(1, 4) if rank == 0 else 1}[op]
         fault = f"{op}:{nth}:KILL"
         save = run(mpirun + [ckpt, "save", "--plan", plan, "--dir", root, "--fill", str(NEW),
                              "--overwrite", "--inject-fault", fault, "--inject-fault-rank", str(rank)] + extra,
