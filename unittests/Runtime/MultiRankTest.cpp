@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "ForwardingStorage.h"
 #include "MultiRank.h"
 #include "fsdp/Runtime/CheckpointReader.h"
 #include "fsdp/Runtime/FileSource.h"
@@ -16,8 +17,9 @@
 #include <cstring>
 #include <fcntl.h>
 #include <fstream>
-#include <unistd.h>
 #include <mutex>
+#include <sys/stat.h>
+#include <unistd.h>
 
 using namespace fsdp;
 using namespace fsdp::runtime;
@@ -363,6 +365,107 @@ TEST(MultiRank, AChunkOverSixtyFourMiBCutByAReshardIsReadOnce) {
   expectAllFailWith(loadOnRanks(huge(2), work + "/ckpt", 51, slowDevice), "checksum mismatch",
                     ErrorKind::Corrupt);
   (void)createPosixStorage()->removeTree(work);
+}
+
+/// Every direct write of one data file: (offset, bytes), in the order made.
+struct DirectWrites {
+  std::mutex mutex;
+  std::vector<std::pair<uint64_t, uint64_t>> writes;
+};
+
+/// A file opened for direct I/O that records each write and passes it on.
+class RecordingFile : public WritableFile {
+public:
+  RecordingFile(std::unique_ptr<WritableFile> base, std::shared_ptr<DirectWrites> writes)
+      : base_(std::move(base)), writes_(std::move(writes)) {}
+  Status writeAt(uint64_t offset, const std::vector<ByteSpan> &spans) override {
+    uint64_t bytes = 0;
+    for (const ByteSpan &span : spans)
+      bytes += span.size;
+    {
+      std::lock_guard<std::mutex> lock(writes_->mutex);
+      writes_->writes.emplace_back(offset, bytes);
+    }
+    return base_->writeAt(offset, spans);
+  }
+  Status sync() override { return base_->sync(); }
+  Status close() override { return base_->close(); }
+  const std::string &path() const override { return base_->path(); }
+  uint64_t directAlignment() const override { return base_->directAlignment(); }
+  Status truncate(uint64_t size) override { return base_->truncate(size); }
+  Status reserve(uint64_t size) override { return base_->reserve(size); }
+
+private:
+  std::unique_ptr<WritableFile> base_;
+  std::shared_ptr<DirectWrites> writes_;
+};
+
+class RecordingStorage : public ForwardingStorage {
+public:
+  explicit RecordingStorage(std::shared_ptr<DirectWrites> writes) : writes_(std::move(writes)) {}
+  Result<std::unique_ptr<WritableFile>> createDirect(const std::string &path) override {
+    Result<std::unique_ptr<WritableFile>> file = base_->createDirect(path);
+    if (!file || !(*file)->directAlignment())
+      return file;
+    return std::unique_ptr<WritableFile>(new RecordingFile(file.take(), writes_));
+  }
+
+private:
+  std::shared_ptr<DirectWrites> writes_;
+};
+
+TEST(MultiRank, ADirectSaveFillsWholeBlocksAcrossItems) {
+  // Items of 4 MB, 8 MB and a few bytes, with two Adam moments each: a
+  // worker's block runs on from one item into the next, so a 1-thread save
+  // writes the file in whole 8 MiB blocks but the last (it wrote a short
+  // block at the end of every item), and a 2-thread one in fewer writes
+  // than items. Either way the checkpoint loads with every value.
+  plan::ModelLayout model = workedExample({1});
+  model.groups[0] = fsdp::testmodels::makeGroup("", {{"a"}, {"b"}, {"c"}, {"d"}},
+                                                {{1000, 1000}, {7}, {2000, 1000}, {13}}, {1},
+                                                {layout::Placement::Shard});
+  model.optimizerParams = {"a", "b", "c", "d"};
+  plan::PlanFile plan = planFor(model);
+  Result<plan::RankPlan> rank0 = plan.rank(0);
+  ASSERT_TRUE(rank0) << rank0.error();
+  const size_t items = rank0->writes.size();
+  for (unsigned threads : {1u, 2u}) {
+    std::string work = tempDir();
+    ASSERT_FALSE(work.empty());
+    auto writes = std::make_shared<DirectWrites>();
+    onRanks(1, [&](int64_t, std::unique_ptr<Communicator> comm) {
+      Result<std::unique_ptr<Checkpointer>> opened = openAndAllocate(
+          plan, std::move(comm), std::make_unique<RecordingStorage>(writes), {});
+      ASSERT_TRUE(opened) << opened.error();
+      ASSERT_TRUE((*opened)->fill(81));
+      SaveOptions options;
+      options.threads = threads;
+      Result<TransferStats> saved = (*opened)->save(work + "/ckpt", options);
+      ASSERT_TRUE(saved) << saved.error();
+    });
+    if (writes->writes.empty()) {
+      (void)createPosixStorage()->removeTree(work);
+      GTEST_SKIP() << "this file system takes no direct writes";
+    }
+    expectAllOk(loadOnRanks(plan, work + "/ckpt", 81));
+    struct stat file {};
+    ASSERT_EQ(::stat((work + "/ckpt/__0_0.distcp").c_str(), &file), 0);
+    const uint64_t block = uint64_t(8) << 20, size = static_cast<uint64_t>(file.st_size);
+    ASSERT_GT(size, 4 * block);
+    uint64_t written = 0;
+    for (const auto &write : writes->writes)
+      written += write.second;
+    EXPECT_GE(written, size);
+    EXPECT_LT(written, size + 4096 * threads) << "bytes written twice";
+    if (threads == 1) {
+      EXPECT_EQ(writes->writes.size(), (size + block - 1) / block);
+      for (size_t i = 0; i + 1 < writes->writes.size(); ++i)
+        EXPECT_EQ(writes->writes[i].second, block) << "write " << i;
+    } else {
+      EXPECT_LT(writes->writes.size(), items);
+    }
+    (void)createPosixStorage()->removeTree(work);
+  }
 }
 
 TEST(MultiRank, ALoadCastsTheMainWeightItCopiesWarmOrCold) {
