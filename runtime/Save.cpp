@@ -88,9 +88,6 @@ struct ItemWriter {
     openUsed = 0;
   }
 
-  /// After this worker's last item: its open block written.
-  void finishDirect() { submitOpenBlock(); }
-
   /// `size` bytes of an item's data from byte `at` into host memory.
   using Fill = std::function<Status(uint64_t at, uint64_t size, char *to)>;
 
@@ -524,9 +521,9 @@ Status writeRankFile(const plan::RankPlan &plan, const RankBuffers &buffers,
   });
   if (!wrote)
     return wrote;
+  // Each worker's last block, still open after its last item.
   for (std::unique_ptr<ItemWriter> &writer : writers)
-    if (writer->directQueue)
-      writer->finishDirect();
+    writer->submitOpenBlock();
   if (queue)
     if (Status status = queue->drain(); !status)
       return status;
