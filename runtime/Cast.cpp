@@ -116,6 +116,22 @@ FSDP_HALF_CAST_KERNEL(, Baseline)
 FSDP_HALF_CAST_KERNEL(__attribute__((target("arch=x86-64-v3"))), X86_64_V3)
 FSDP_HALF_CAST_KERNEL(__attribute__((target("arch=x86-64-v4"))), X86_64_V4)
 
+/// The copying casts' first elements, copied and cast one by one up to the
+/// first `line`-aligned byte of the output (all of them if it is odd, and
+/// so never aligned): the vector loop then streams whole lines. How many.
+inline uint64_t castUpToStreamLine(const char *from, char *copied, char *to, uint64_t count,
+                                   uint64_t line) {
+  uintptr_t address = reinterpret_cast<uintptr_t>(to);
+  uint64_t head = address % 2 ? count : std::min<uint64_t>(count, (line - address % line) % line / 2);
+  std::memcpy(copied, from, 4 * head);
+  castLoop<float, uint16_t>(from, to, head, [](float v) { return toBFloat16(v); });
+  return head;
+}
+
+inline bool isStreamAligned(const char *at, uint64_t line) {
+  return reinterpret_cast<uintptr_t>(at) % line == 0;
+}
+
 // f32 -> bf16 by hand, AVX2 (the v3 and v4 levels both): GCC's vectorisation
 // of the scalar loop (its NaN test) cast 20 GB/s from L2 here, this 27-30
 // (a load's refresh casts each block of main weights as it lands, so the
@@ -163,22 +179,92 @@ FSDP_AVX2 void floatToBFloat16Avx2(const void *in, void *out, uint64_t count) {
 // while the copy waits on memory. Measured (1.2 GB on 2 threads, with xxh3
 // as a load hashes): 0.119 s against 0.142 s for a copy and then a cast,
 // 0.113 s for the copy and hash alone.
+//
+// The bf16 output is written with streaming stores: the load does not read
+// the model weights again, and a plain store first reads each line of them
+// in from memory (3.74 GB warm load over 2 ranks: 9.6 GB/s against 9.0).
 FSDP_AVX2 void copyFloatToBFloat16Avx2(const void *in, void *copy, void *out, uint64_t count) {
   const char *from = static_cast<const char *>(in);
   char *copied = static_cast<char *>(copy);
   char *to = static_cast<char *>(out);
-  uint64_t j = 0;
+  uint64_t j = castUpToStreamLine(from, copied, to, count, 32);
+  bool streams = j < count && isStreamAligned(to + 2 * j, 32);
   for (; j + 16 <= count; j += 16) {
     __m256i low = load256(from + 4 * j), high = load256(from + 4 * j + 32);
     store256(copied + 4 * j, low);
     store256(copied + 4 * j + 32, high);
-    store256(to + 2 * j, packBFloat16(low, high));
+    __m256i packed = packBFloat16(low, high);
+    if (streams)
+      _mm256_stream_si256(reinterpret_cast<__m256i *>(to + 2 * j), packed);
+    else
+      store256(to + 2 * j, packed);
   }
+  if (streams)
+    _mm_sfence(); // streaming stores are weakly ordered: visible before the load returns
   std::memcpy(copied + 4 * j, from + 4 * j, 4 * (count - j));
   castLoop<float, uint16_t>(from + 4 * j, to + 2 * j, count - j,
                             [](float v) { return toBFloat16(v); });
 }
 #undef FSDP_AVX2
+
+// The same with AVX-512 (the v4 level): 16 f32 a vector, the NaN test a
+// mask; still the integer rounding, not vcvtneps2bf16, which flushes
+// denormals to zero where c10::BFloat16 keeps them.
+#define FSDP_AVX512 __attribute__((target("avx512f,avx512bw")))
+FSDP_AVX512 inline __m512i bfloat16Bits512(__m512i bits) {
+  __m512 value = _mm512_castsi512_ps(bits);
+  __mmask16 isNan = _mm512_cmp_ps_mask(value, value, _CMP_UNORD_Q);
+  __m512i lowestKept = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+  __m512i rounded =
+      _mm512_add_epi32(bits, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lowestKept));
+  __m512i quiet = _mm512_or_si512(bits, _mm512_set1_epi32(0x00400000));
+  return _mm512_srli_epi32(_mm512_mask_mov_epi32(rounded, isNan, quiet), 16);
+}
+
+/// 32 f32 (two vectors of bits) as 32 bf16, in order.
+FSDP_AVX512 inline __m512i packBFloat16x32(__m512i low, __m512i high) {
+  // The pack interleaves 128-bit lanes of the two; the permute restores order.
+  __m512i packed = _mm512_packus_epi32(bfloat16Bits512(low), bfloat16Bits512(high));
+  return _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7), packed);
+}
+
+FSDP_AVX512 inline __m512i load512(const char *at) { return _mm512_loadu_si512(at); }
+FSDP_AVX512 inline void store512(char *at, __m512i value) { _mm512_storeu_si512(at, value); }
+
+FSDP_AVX512 void floatToBFloat16Avx512(const void *in, void *out, uint64_t count) {
+  const char *from = static_cast<const char *>(in);
+  char *to = static_cast<char *>(out);
+  uint64_t j = 0;
+  for (; j + 32 <= count; j += 32)
+    store512(to + 2 * j, packBFloat16x32(load512(from + 4 * j), load512(from + 4 * j + 64)));
+  castLoop<float, uint16_t>(from + 4 * j, to + 2 * j, count - j,
+                            [](float v) { return toBFloat16(v); });
+}
+
+FSDP_AVX512 void copyFloatToBFloat16Avx512(const void *in, void *copy, void *out,
+                                           uint64_t count) {
+  const char *from = static_cast<const char *>(in);
+  char *copied = static_cast<char *>(copy);
+  char *to = static_cast<char *>(out);
+  uint64_t j = castUpToStreamLine(from, copied, to, count, 64);
+  bool streams = j < count && isStreamAligned(to + 2 * j, 64);
+  for (; j + 32 <= count; j += 32) {
+    __m512i low = load512(from + 4 * j), high = load512(from + 4 * j + 64);
+    store512(copied + 4 * j, low);
+    store512(copied + 4 * j + 64, high);
+    __m512i packed = packBFloat16x32(low, high);
+    if (streams)
+      _mm512_stream_si512(reinterpret_cast<__m512i *>(to + 2 * j), packed);
+    else
+      store512(to + 2 * j, packed);
+  }
+  if (streams)
+    _mm_sfence();
+  std::memcpy(copied + 4 * j, from + 4 * j, 4 * (count - j));
+  castLoop<float, uint16_t>(from + 4 * j, to + 2 * j, count - j,
+                            [](float v) { return toBFloat16(v); });
+}
+#undef FSDP_AVX512
 #endif
 #undef FSDP_HALF_CAST_KERNEL
 
@@ -199,7 +285,7 @@ std::vector<FloatCastKernels> runnableFloatCastKernels() {
         {"x86-64-v3", floatToBFloat16Avx2, floatToHalfX86_64_V3, copyFloatToBFloat16Avx2});
   if (__builtin_cpu_supports("x86-64-v4"))
     kernels.push_back(
-        {"x86-64-v4", floatToBFloat16Avx2, floatToHalfX86_64_V4, copyFloatToBFloat16Avx2});
+        {"x86-64-v4", floatToBFloat16Avx512, floatToHalfX86_64_V4, copyFloatToBFloat16Avx512});
 #endif
   return kernels;
 }

@@ -599,13 +599,21 @@ TEST(Values, VectorCastsEqualTheScalarOnesBitForBit) {
           ASSERT_EQ(bf16[j], floatToBFloat16(in[start + j])) << std::hex << bits[start + j];
           ASSERT_EQ(f16[j], floatToHalf(in[start + j])) << std::hex << bits[start + j];
         }
-        // The copying cast: the same bf16, and the source's bytes copied.
-        std::vector<uint16_t> castAsCopied(n);
-        std::vector<float> copy(n + 1, 7.0f);
-        kernel.copyToBFloat16(in.data() + start, copy.data(), castAsCopied.data(), n);
-        ASSERT_TRUE(castAsCopied == std::vector<uint16_t>(bf16.begin(), bf16.begin() + n));
-        ASSERT_EQ(std::memcmp(copy.data(), in.data() + start, 4 * n), 0);
-        ASSERT_EQ(copy[n], 7.0f); // nothing past the end
+        // The copying cast: the same bf16, and the source's bytes copied,
+        // into outputs at every offset within a 64-byte line (its vector
+        // stores stream from the first aligned line on; an odd one never is).
+        for (size_t outAt : {0, 1, 2, 30, 62}) {
+          SCOPED_TRACE(outAt);
+          std::vector<unsigned char> castAsCopied(2 * n + 128, 0xee);
+          unsigned char *lineStart = castAsCopied.data() + (64 - reinterpret_cast<uintptr_t>(
+                                                                     castAsCopied.data()) % 64);
+          std::vector<float> copy(n + 1, 7.0f);
+          kernel.copyToBFloat16(in.data() + start, copy.data(), lineStart + outAt, n);
+          ASSERT_EQ(std::memcmp(lineStart + outAt, bf16.data(), 2 * n), 0);
+          ASSERT_EQ(lineStart[outAt + 2 * n], 0xee); // nothing past the end
+          ASSERT_EQ(std::memcmp(copy.data(), in.data() + start, 4 * n), 0);
+          ASSERT_EQ(copy[n], 7.0f);
+        }
       }
     }
   }
