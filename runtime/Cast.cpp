@@ -122,7 +122,8 @@ FSDP_HALF_CAST_KERNEL(__attribute__((target("arch=x86-64-v4"))), X86_64_V4)
 inline uint64_t castUpToStreamLine(const char *from, char *copied, char *to, uint64_t count,
                                    uint64_t line) {
   uintptr_t address = reinterpret_cast<uintptr_t>(to);
-  uint64_t head = address % 2 ? count : std::min<uint64_t>(count, (line - address % line) % line / 2);
+  uint64_t head =
+      address % 2 ? count : std::min<uint64_t>(count, (line - address % line) % line / 2);
   std::memcpy(copied, from, 4 * head);
   castLoop<float, uint16_t>(from, to, head, [](float v) { return toBFloat16(v); });
   return head;
@@ -131,6 +132,32 @@ inline uint64_t castUpToStreamLine(const char *from, char *copied, char *to, uin
 inline bool isStreamAligned(const char *at, uint64_t line) {
   return reinterpret_cast<uintptr_t>(at) % line == 0;
 }
+
+/// The copying cast with `Vector`s of `step / 2` f32: two loaded and stored
+/// as the copy, packed into `step` bf16 that are streamed from the output's
+/// first whole line of sizeof(Vector) bytes on (stored where it has none).
+#define FSDP_COPY_CAST_STREAMING(attributes, name, Vector, step, load, store, stream, pack)    \
+  attributes void name(const void *in, void *copy, void *out, uint64_t count) {                 \
+    const char *from = static_cast<const char *>(in);                                          \
+    char *copied = static_cast<char *>(copy);                                                  \
+    char *to = static_cast<char *>(out);                                                       \
+    uint64_t j = castUpToStreamLine(from, copied, to, count, sizeof(Vector));                  \
+    bool streams = j < count && isStreamAligned(to + 2 * j, sizeof(Vector));                   \
+    for (; j + (step) <= count; j += (step)) {                                                 \
+      Vector low = load(from + 4 * j), high = load(from + 4 * j + sizeof(Vector));             \
+      store(copied + 4 * j, low);                                                              \
+      store(copied + 4 * j + sizeof(Vector), high);                                            \
+      if (streams)                                                                             \
+        stream(to + 2 * j, pack(low, high));                                                   \
+      else                                                                                     \
+        store(to + 2 * j, pack(low, high));                                                    \
+    }                                                                                          \
+    if (streams)                                                                               \
+      _mm_sfence(); /* streaming stores are weakly ordered: visible before the load returns */ \
+    std::memcpy(copied + 4 * j, from + 4 * j, 4 * (count - j));                                \
+    castLoop<float, uint16_t>(from + 4 * j, to + 2 * j, count - j,                             \
+                              [](float v) { return toBFloat16(v); });                          \
+  }
 
 // f32 -> bf16 by hand, AVX2 (the v3 and v4 levels both): GCC's vectorisation
 // of the scalar loop (its NaN test) cast 20 GB/s from L2 here, this 27-30
@@ -163,6 +190,9 @@ FSDP_AVX2 inline __m256i load256(const char *at) {
 FSDP_AVX2 inline void store256(char *at, __m256i value) {
   _mm256_storeu_si256(reinterpret_cast<__m256i *>(at), value);
 }
+FSDP_AVX2 inline void stream256(char *at, __m256i value) {
+  _mm256_stream_si256(reinterpret_cast<__m256i *>(at), value);
+}
 
 FSDP_AVX2 void floatToBFloat16Avx2(const void *in, void *out, uint64_t count) {
   const char *from = static_cast<const char *>(in);
@@ -183,28 +213,8 @@ FSDP_AVX2 void floatToBFloat16Avx2(const void *in, void *out, uint64_t count) {
 // The bf16 output is written with streaming stores: the load does not read
 // the model weights again, and a plain store first reads each line of them
 // in from memory (3.74 GB warm load over 2 ranks: 9.6 GB/s against 9.0).
-FSDP_AVX2 void copyFloatToBFloat16Avx2(const void *in, void *copy, void *out, uint64_t count) {
-  const char *from = static_cast<const char *>(in);
-  char *copied = static_cast<char *>(copy);
-  char *to = static_cast<char *>(out);
-  uint64_t j = castUpToStreamLine(from, copied, to, count, 32);
-  bool streams = j < count && isStreamAligned(to + 2 * j, 32);
-  for (; j + 16 <= count; j += 16) {
-    __m256i low = load256(from + 4 * j), high = load256(from + 4 * j + 32);
-    store256(copied + 4 * j, low);
-    store256(copied + 4 * j + 32, high);
-    __m256i packed = packBFloat16(low, high);
-    if (streams)
-      _mm256_stream_si256(reinterpret_cast<__m256i *>(to + 2 * j), packed);
-    else
-      store256(to + 2 * j, packed);
-  }
-  if (streams)
-    _mm_sfence(); // streaming stores are weakly ordered: visible before the load returns
-  std::memcpy(copied + 4 * j, from + 4 * j, 4 * (count - j));
-  castLoop<float, uint16_t>(from + 4 * j, to + 2 * j, count - j,
-                            [](float v) { return toBFloat16(v); });
-}
+FSDP_COPY_CAST_STREAMING(FSDP_AVX2, copyFloatToBFloat16Avx2, __m256i, 16, load256, store256,
+                         stream256, packBFloat16)
 #undef FSDP_AVX2
 
 // The same with AVX-512 (the v4 level): 16 f32 a vector, the NaN test a
@@ -230,6 +240,9 @@ FSDP_AVX512 inline __m512i packBFloat16x32(__m512i low, __m512i high) {
 
 FSDP_AVX512 inline __m512i load512(const char *at) { return _mm512_loadu_si512(at); }
 FSDP_AVX512 inline void store512(char *at, __m512i value) { _mm512_storeu_si512(at, value); }
+FSDP_AVX512 inline void stream512(char *at, __m512i value) {
+  _mm512_stream_si512(reinterpret_cast<__m512i *>(at), value);
+}
 
 FSDP_AVX512 void floatToBFloat16Avx512(const void *in, void *out, uint64_t count) {
   const char *from = static_cast<const char *>(in);
@@ -241,30 +254,10 @@ FSDP_AVX512 void floatToBFloat16Avx512(const void *in, void *out, uint64_t count
                             [](float v) { return toBFloat16(v); });
 }
 
-FSDP_AVX512 void copyFloatToBFloat16Avx512(const void *in, void *copy, void *out,
-                                           uint64_t count) {
-  const char *from = static_cast<const char *>(in);
-  char *copied = static_cast<char *>(copy);
-  char *to = static_cast<char *>(out);
-  uint64_t j = castUpToStreamLine(from, copied, to, count, 64);
-  bool streams = j < count && isStreamAligned(to + 2 * j, 64);
-  for (; j + 32 <= count; j += 32) {
-    __m512i low = load512(from + 4 * j), high = load512(from + 4 * j + 64);
-    store512(copied + 4 * j, low);
-    store512(copied + 4 * j + 64, high);
-    __m512i packed = packBFloat16x32(low, high);
-    if (streams)
-      _mm512_stream_si512(reinterpret_cast<__m512i *>(to + 2 * j), packed);
-    else
-      store512(to + 2 * j, packed);
-  }
-  if (streams)
-    _mm_sfence();
-  std::memcpy(copied + 4 * j, from + 4 * j, 4 * (count - j));
-  castLoop<float, uint16_t>(from + 4 * j, to + 2 * j, count - j,
-                            [](float v) { return toBFloat16(v); });
-}
+FSDP_COPY_CAST_STREAMING(FSDP_AVX512, copyFloatToBFloat16Avx512, __m512i, 32, load512,
+                         store512, stream512, packBFloat16x32)
 #undef FSDP_AVX512
+#undef FSDP_COPY_CAST_STREAMING
 #endif
 #undef FSDP_HALF_CAST_KERNEL
 
