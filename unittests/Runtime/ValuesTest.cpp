@@ -600,8 +600,9 @@ TEST(Values, VectorCastsEqualTheScalarOnesBitForBit) {
           ASSERT_EQ(f16[j], floatToHalf(in[start + j])) << std::hex << bits[start + j];
         }
         // The copying cast: the same bf16, and the source's bytes copied,
-        // into outputs at every offset within a 64-byte line (its vector
-        // stores stream from the first aligned line on; an odd one never is).
+        // into outputs at the start, an odd byte, and even offsets up to the
+        // end of a 64-byte line (its vector stores stream from the first
+        // aligned line on; an odd address never streams).
         for (size_t outAt : {0, 1, 2, 30, 62}) {
           SCOPED_TRACE(outAt);
           std::vector<unsigned char> castAsCopied(2 * n + 128, 0xee);
