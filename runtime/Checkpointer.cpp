@@ -1,6 +1,7 @@
 //===- Checkpointer.cpp - One rank's runtime, ready to save and load ------===//
 #include "fsdp/Runtime/Checkpointer.h"
 #include "SaveSnapshot.h"
+#include "WriteQueue.h"
 #include "fsdp/Format/ChunkIndex.h"
 #include "fsdp/Runtime/Protocol.h"
 
@@ -173,6 +174,8 @@ Result<TransferStats> Checkpointer::save(const std::string &dir, SaveOptions opt
   Result<RankBuffers *> held = buffers();
   if (held && !options.staging && staging_)
     options.staging = staging_.get();
+  if (!options.keptWriteBlocks)
+    options.keptWriteBlocks = &writeBlocks_;
   // Every rank takes part in the save's collectives, even one without
   // buffers: its error then fails the save everywhere.
   if (!held) {
@@ -194,6 +197,15 @@ Status Checkpointer::reserveSnapshot() {
   if (!reserved)
     return reserved.failure();
   snapshot_ = reserved.take();
+  return Status::success();
+}
+
+Status Checkpointer::reserveWriteBlocks(unsigned threads, unsigned writeDepth) {
+  waitForPendingSave(); // its save writes from them
+  Result<const WriteBlocks *> reserved =
+      WriteBlocks::forSave(writeBlocks_, threads ? threads : defaultThreads(), writeDepth);
+  if (!reserved)
+    return reserved.failure();
   return Status::success();
 }
 
@@ -221,6 +233,8 @@ Result<std::shared_ptr<PendingSave>> Checkpointer::saveAsync(const std::string &
   std::shared_ptr<PendingSave> pending(new PendingSave());
   pending->stallSeconds_ = stall;
   options.staging = nullptr; // the snapshot is host memory
+  if (!options.keptWriteBlocks)
+    options.keptWriteBlocks = &writeBlocks_;
   removeReplacedInBackground(options);
   PendingSave *job = pending.get();
   job->thread_ = std::thread([this, job, captured, dir, options = std::move(options), start] {

@@ -27,12 +27,6 @@ namespace runtime {
 
 namespace {
 
-/// Each worker's block for direct I/O: 8 MiB (measured: large requests pay,
-/// 1 MiB ones do not), 2 MiB aligned for huge pages.
-constexpr uint64_t kDirectBlockBytes = uint64_t(8) << 20;
-constexpr uint64_t kDirectBlockAlignment = uint64_t(2) << 20;
-/// Direct writes in flight per file when not told.
-constexpr unsigned kDefaultWriteDepth = 8;
 /// Host data goes into a direct block in pieces of this size, each CRCed
 /// and hashed while it is still in the core's L2.
 constexpr uint64_t kCachedPieceBytes = uint64_t(256) << 10;
@@ -430,12 +424,19 @@ Status writeRankFile(const plan::RankPlan &plan, const RankBuffers &buffers,
   }
   // Direct I/O: aligned blocks for every worker to fill and more in
   // flight, so the device sees a deep queue whatever the worker count.
+  // The blocks are kept for the next save where the caller keeps them (a
+  // Checkpointer does), and outlive the queue either way.
   uint64_t alignment = (*file)->directAlignment();
+  std::unique_ptr<WriteBlocks> ownBlocks;
   std::unique_ptr<WriteQueue> queue;
   if (alignment) {
+    Result<const WriteBlocks *> blocks = WriteBlocks::forSave(
+        options.keptWriteBlocks ? *options.keptWriteBlocks : ownBlocks, threads,
+        options.writeDepth);
+    if (!blocks)
+      return blocks.failure();
     unsigned depth = options.writeDepth ? options.writeDepth : kDefaultWriteDepth;
-    Result<std::unique_ptr<WriteQueue>> created =
-        WriteQueue::create(**file, depth, threads + depth, kDirectBlockBytes, kDirectBlockAlignment);
+    Result<std::unique_ptr<WriteQueue>> created = WriteQueue::create(**file, depth, **blocks);
     if (!created)
       return created.failure();
     queue = created.take();
@@ -447,13 +448,13 @@ Status writeRankFile(const plan::RankPlan &plan, const RankBuffers &buffers,
     std::vector<char *> blocks;
     ~Unpin() {
       for (char *block : blocks)
-        backend->unpinHostMemory(block, kDirectBlockBytes);
+        backend->unpinHostMemory(block, kWriteBlockBytes);
     }
   } unpin;
   if (queue && !buffers.backend().hostAccessible()) {
     unpin.backend = &buffers.backend();
     for (char *block : queue->blocks())
-      if (buffers.backend().pinHostMemory(block, kDirectBlockBytes))
+      if (buffers.backend().pinHostMemory(block, kWriteBlockBytes))
         unpin.blocks.push_back(block);
   }
   std::vector<std::unique_ptr<ItemWriter>> writers;

@@ -3,30 +3,53 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <sys/mman.h>
 
 namespace fsdp {
 namespace runtime {
 
-Result<std::unique_ptr<WriteQueue>> WriteQueue::create(WritableFile &file, unsigned depth,
-                                                       unsigned blocks, uint64_t blockBytes,
-                                                       uint64_t blockAlignment) {
-  if (!depth || !blocks || !blockBytes || blockBytes % blockAlignment)
-    return makeError("write queue: depth, blocks and an aligned block size must be set",
+Result<std::unique_ptr<WriteBlocks>> WriteBlocks::create(unsigned count, uint64_t blockBytes,
+                                                         uint64_t alignment) {
+  if (!count || !blockBytes || blockBytes % alignment)
+    return makeError("write blocks: a count and an aligned block size must be set",
                      ErrorKind::Internal);
-  std::unique_ptr<WriteQueue> queue(new WriteQueue(file, blockBytes));
-  for (unsigned i = 0; i < blocks; ++i) {
-    void *block = std::aligned_alloc(blockAlignment, blockBytes);
+  std::unique_ptr<WriteBlocks> made(new WriteBlocks(blockBytes));
+  for (unsigned i = 0; i < count; ++i) {
+    void *block = std::aligned_alloc(alignment, blockBytes);
     if (!block)
-      return makeError("cannot allocate the direct-I/O blocks (" + std::to_string(blocks) +
+      return makeError("cannot allocate the direct-I/O blocks (" + std::to_string(count) +
                            " x " + std::to_string(blockBytes >> 20) + " MiB)",
                        ErrorKind::IO, ENOMEM);
+    made->owned_.emplace_back(static_cast<char *>(block), &std::free);
     // A direct write of pages scattered in memory is cut into requests of
     // ~1 MiB; huge pages keep them at the device's maximum.
     ::madvise(block, blockBytes, MADV_HUGEPAGE);
-    queue->owned_.emplace_back(static_cast<char *>(block), &std::free);
-    queue->all_.push_back(static_cast<char *>(block));
+    std::memset(block, 0, blockBytes); // faulted in now, not while a save fills it
+    made->blocks_.push_back(static_cast<char *>(block));
   }
+  return made;
+}
+
+Result<const WriteBlocks *> WriteBlocks::forSave(std::unique_ptr<WriteBlocks> &kept,
+                                                 unsigned threads, unsigned depth) {
+  unsigned count = countForSave(threads, depth);
+  if (kept && kept->blocks().size() >= count && kept->blockBytes() == kWriteBlockBytes)
+    return kept.get();
+  kept.reset(); // freed before the larger set is made
+  Result<std::unique_ptr<WriteBlocks>> made =
+      create(count, kWriteBlockBytes, kWriteBlockAlignment);
+  if (!made)
+    return made.failure();
+  kept = made.take();
+  return kept.get();
+}
+
+Result<std::unique_ptr<WriteQueue>> WriteQueue::create(WritableFile &file, unsigned depth,
+                                                       const WriteBlocks &blocks) {
+  if (!depth)
+    return makeError("write queue: the depth must be set", ErrorKind::Internal);
+  std::unique_ptr<WriteQueue> queue(new WriteQueue(file, blocks));
   queue->free_ = queue->all_;
   for (unsigned i = 0; i < depth; ++i)
     queue->threads_.emplace_back([raw = queue.get()] { raw->run(); });

@@ -503,6 +503,11 @@ int run(int argc, char **argv) {
     return failHere(rank, size, command, status.failure());
   if (Status status = checkpointer.allocate(); !status)
     return failHere(rank, size, command, status.failure());
+  // The blocks a save writes from, also before any clock runs, as a training
+  // job reserves them at start-up (Checkpointer::reserveWriteBlocks).
+  if ((save->parsed() || reshard->parsed()) && !bufferedIO)
+    if (Status status = checkpointer.reserveWriteBlocks(threads, writeDepth); !status)
+      return failHere(rank, size, command, status.failure());
   bool speaks = rank == checkpointer.root(); // the rank that reports for all
 
   if (save->parsed()) {
@@ -522,6 +527,10 @@ int run(int argc, char **argv) {
       options.reserveFiles = !noReserve;
       options.progress = progressPrinter("save", speaks);
       Result<TransferStats> stats = makeError("no save ran", ErrorKind::Internal);
+      // The ranks start the save together, as the ranks of a training step
+      // do: one still filling its buffers is not the save's time.
+      if (Status status = checkpointer.comm().barrier(); !status)
+        return failHere(rank, size, command, status.failure());
       if (async) {
         Result<std::shared_ptr<PendingSave>> started = checkpointer.saveAsync(dir, options);
         if (!started)

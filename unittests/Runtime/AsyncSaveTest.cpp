@@ -3,10 +3,11 @@
 // Checkpointer::saveAsync on thread-group ranks: the caller overwrites its
 // buffers as soon as the save returns and the checkpoint still holds the
 // values it had then (host buffers and simulated device buffers); a second
-// save waits for the first; every error, any rank's, comes out of wait() on
-// every rank. An overwrite returns before the checkpoint it replaced is
-// removed, and the next save waits for that removal. (ThreadSanitizer runs
-// these: scripts/tsan.sh.)
+// save waits for the first, and saves reuse the snapshot and the direct-I/O
+// blocks; every error, any rank's, comes out of wait() on every rank. An
+// overwrite returns before the checkpoint it replaced is removed, and the
+// next save waits for that removal. (ThreadSanitizer runs these:
+// scripts/tsan.sh.)
 //
 //===----------------------------------------------------------------------===//
 
@@ -115,7 +116,7 @@ TEST(AsyncSave, DeviceBuffersOverwrittenAfterReturnKeepTheSavedValues) {
   overwriteAfterReturn(slowDevice);
 }
 
-TEST(AsyncSave, ASecondSaveWaitsForTheFirstAndReusesTheSnapshot) {
+TEST(AsyncSave, ASecondSaveWaitsForTheFirstAndReusesTheSnapshotAndBlocks) {
   std::string work = tempDir();
   ASSERT_FALSE(work.empty());
   plan::PlanFile two = planFor(largerModel(2));
@@ -126,6 +127,8 @@ TEST(AsyncSave, ASecondSaveWaitsForTheFirstAndReusesTheSnapshot) {
     ASSERT_TRUE(opened) << opened.error();
     Checkpointer &checkpointer = **opened;
     ASSERT_TRUE(checkpointer.reserveSnapshot());
+    // The direct-I/O blocks every save below writes from, reserved up front.
+    ASSERT_TRUE(checkpointer.reserveWriteBlocks(2));
     ASSERT_TRUE(checkpointer.fill(51));
     SaveOptions options;
     options.threads = 2;
@@ -146,12 +149,21 @@ TEST(AsyncSave, ASecondSaveWaitsForTheFirstAndReusesTheSnapshot) {
       if (status)
         status = statusOf((*third)->wait());
     }
+    // More workers than the blocks were reserved for: a larger set replaces them.
+    if (status)
+      status = checkpointer.fill(53);
+    if (status) {
+      SaveOptions wider;
+      wider.threads = 4;
+      status = statusOf(checkpointer.save(work + "/e", wider));
+    }
     saved.values[rank] = status;
   });
   expectAllOk(saved.values);
   expectAllOk(loadOnRanks(two, work + "/a", 51));
   for (const char *dir : {"/b", "/c", "/d"})
     expectAllOk(loadOnRanks(two, work + dir, 52));
+  expectAllOk(loadOnRanks(two, work + "/e", 53));
   (void)createPosixStorage()->removeTree(work);
 }
 

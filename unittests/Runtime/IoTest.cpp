@@ -1,7 +1,9 @@
 //===- IoTest.cpp - The write queue and direct reads ----------------------===//
 //
 // The save's queue of direct writes (blocks land at their offsets, a failed
-// write stops it and is reported, nothing in flight outlives it) and the
+// write stops it and is reported, nothing in flight outlives it), the
+// blocks a checkpointer keeps for its saves (reused, replaced by more when a
+// save needs more, bad sizes refused) and the
 // cold-cache reads of a file with direct I/O (every byte in order, into
 // the destination or not, and a file that shrinks is an error).
 //
@@ -61,7 +63,9 @@ TEST(WriteQueue, BlocksLandAtTheirOffsetsInAnyOrder) {
   ASSERT_TRUE(file) << file.error();
   std::string expected = pattern(40 * kBlock, 7);
   {
-    auto queue = WriteQueue::create(**file, 4, 6, kBlock, 4096);
+    auto blocks = WriteBlocks::create(6, kBlock, 4096);
+    ASSERT_TRUE(blocks) << blocks.error();
+    auto queue = WriteQueue::create(**file, 4, **blocks);
     ASSERT_TRUE(queue) << queue.error();
     // Submitted back to front: the offsets, not the order, place them.
     for (uint64_t block = 40; block-- > 0;) {
@@ -91,7 +95,9 @@ TEST(WriteQueue, AFailedWriteStopsTheQueueAndNamesTheItem) {
   auto file = storage->createDirect(dir + "/data");
   ASSERT_TRUE(file) << file.error();
   // One I/O thread: the third write is block 2, whatever the timing.
-  auto queue = WriteQueue::create(**file, 1, 3, kBlock, 4096);
+  auto blocks = WriteBlocks::create(3, kBlock, 4096);
+  ASSERT_TRUE(blocks) << blocks.error();
+  auto queue = WriteQueue::create(**file, 1, **blocks);
   ASSERT_TRUE(queue) << queue.error();
   std::string bytes = pattern(kBlock, 1);
   bool acquireFailed = false;
@@ -114,6 +120,45 @@ TEST(WriteQueue, AFailedWriteStopsTheQueueAndNamesTheItem) {
   EXPECT_TRUE(acquireFailed);
   queue->reset(); // joins its threads with writes still queued: none run after
   (void)storage->removeTree(dir);
+}
+
+TEST(WriteBlocks, ASaveReusesTheKeptBlocksAndMakesMoreWhenItNeedsMore) {
+  std::unique_ptr<WriteBlocks> kept;
+  // 1 worker, 8 writes in flight (the default depth): 9 blocks.
+  auto first = WriteBlocks::forSave(kept, 1, 0);
+  ASSERT_TRUE(first) << first.error();
+  ASSERT_EQ(*first, kept.get());
+  ASSERT_EQ(kept->blocks().size(), 9u);
+  EXPECT_EQ(kept->blockBytes(), kWriteBlockBytes);
+  for (char *block : kept->blocks()) {
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(block) % kWriteBlockAlignment, 0u);
+    EXPECT_EQ(block[0], 0); // touched (zeroed) when made
+    EXPECT_EQ(block[kWriteBlockBytes - 1], 0);
+  }
+  std::vector<char *> made = kept->blocks();
+  // A save that needs as many or fewer uses them as they are.
+  auto again = WriteBlocks::forSave(kept, 1, 0);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(*again, *first);
+  auto fewer = WriteBlocks::forSave(kept, 2, 4);
+  ASSERT_TRUE(fewer);
+  EXPECT_EQ(*fewer, *first);
+  EXPECT_EQ(kept->blocks(), made);
+  // One that needs more replaces them with a set of its size.
+  auto more = WriteBlocks::forSave(kept, 4, 8);
+  ASSERT_TRUE(more) << more.error();
+  EXPECT_EQ(*more, kept.get());
+  EXPECT_EQ(kept->blocks().size(), 12u);
+}
+
+TEST(WriteBlocks, ANoneOrUnalignedSizeIsRefused) {
+  auto none = WriteBlocks::create(0, kBlock, 4096);
+  ASSERT_FALSE(none);
+  EXPECT_NE(none.error().find("write blocks"), std::string::npos) << none.error();
+  auto unaligned = WriteBlocks::create(2, kBlock + 512, 4096);
+  ASSERT_FALSE(unaligned);
+  EXPECT_NE(unaligned.error().find("aligned block size"), std::string::npos)
+      << unaligned.error();
 }
 
 /// A file of `size` bytes, written and evicted from the page cache.

@@ -38,6 +38,7 @@
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <thread>
 #include <unistd.h>
@@ -46,6 +47,7 @@ namespace fsdp {
 namespace runtime {
 
 class ReplicaDataPlane;
+class WriteBlocks; // a save's direct-I/O blocks (runtime/WriteQueue.h)
 
 struct Progress {
   uint64_t bytesDone = 0;
@@ -138,6 +140,12 @@ struct SaveOptions {
   /// (0: defaultStagingBytes).
   StagingPool *staging = nullptr;
   uint64_t stagingBytes = 0;
+  /// Where a direct-I/O save's blocks (a worker's and a write in flight's,
+  /// 8 MiB each, touched when made) are kept for the next save: those there
+  /// are used when there are enough, else new ones are made and left there
+  /// (a Checkpointer keeps one set for all its saves). Null: the save makes
+  /// its own and frees them.
+  std::unique_ptr<WriteBlocks> *keptWriteBlocks = nullptr;
   /// The optimizer step count stored in every `optimizer.state.<fqn>.step`.
   float step = 1.0f;
   /// Bytes items to write instead of the plan's payloads (reshard carries
