@@ -65,8 +65,9 @@ MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe"]
 
 def reported_seconds(argv):
     """The operation's own time as fsdp-ckpt reports it (slowest rank, from
-    the start of the save or load to its agreed end: buffer filling, process
-    start-up and the value check excluded)."""
+    the start of the save or load, which the ranks enter together, to its
+    agreed end: buffer filling, process start-up and the value check
+    excluded)."""
     out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
     match = re.search(r" in ([0-9.]+) s", out)
     if not match:

@@ -206,6 +206,12 @@ Status Checkpointer::reserveWriteBlocks(unsigned threads, unsigned writeDepth) {
       WriteBlocks::forSave(writeBlocks_, threads ? threads : defaultThreads(), writeDepth);
   if (!reserved)
     return reserved.failure();
+  // Touched now, as many as this rank's bytes fill (a small file with many
+  // workers needs few: the others are faulted in only if a save uses them).
+  uint64_t bytes = 0;
+  for (const plan::WriteItem &item : plan_.writes)
+    bytes += item.itemLength;
+  (*reserved)->touch((bytes + (*reserved)->blockBytes() - 1) / (*reserved)->blockBytes());
   return Status::success();
 }
 

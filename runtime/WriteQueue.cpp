@@ -1,6 +1,7 @@
 //===- WriteQueue.cpp - Direct writes kept in flight while workers fill ----===//
 #include "WriteQueue.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -25,10 +26,14 @@ Result<std::unique_ptr<WriteBlocks>> WriteBlocks::create(unsigned count, uint64_
     // A direct write of pages scattered in memory is cut into requests of
     // ~1 MiB; huge pages keep them at the device's maximum.
     ::madvise(block, blockBytes, MADV_HUGEPAGE);
-    std::memset(block, 0, blockBytes); // faulted in now, not while a save fills it
     made->blocks_.push_back(static_cast<char *>(block));
   }
   return made;
+}
+
+void WriteBlocks::touch(uint64_t count) const {
+  for (uint64_t i = 0; i < std::min<uint64_t>(count, blocks_.size()); ++i)
+    std::memset(blocks_[i], 0, blockBytes_);
 }
 
 Result<const WriteBlocks *> WriteBlocks::forSave(std::unique_ptr<WriteBlocks> &kept,
@@ -50,7 +55,8 @@ Result<std::unique_ptr<WriteQueue>> WriteQueue::create(WritableFile &file, unsig
   if (!depth)
     return makeError("write queue: the depth must be set", ErrorKind::Internal);
   std::unique_ptr<WriteQueue> queue(new WriteQueue(file, blocks));
-  queue->free_ = queue->all_;
+  // Handed out from the back: the first block first.
+  queue->free_.assign(queue->all_.rbegin(), queue->all_.rend());
   for (unsigned i = 0; i < depth; ++i)
     queue->threads_.emplace_back([raw = queue.get()] { raw->run(); });
   return queue;

@@ -862,6 +862,15 @@ public:
     check(status);
   }
 
+  void reserveWriteBlocks(unsigned threads) {
+    Status status;
+    {
+      nb::gil_scoped_release release;
+      status = checkpointer_->reserveWriteBlocks(threads);
+    }
+    check(status);
+  }
+
   void waitForPendingSave() {
     nb::gil_scoped_release release;
     checkpointer_->waitForPendingSave();
@@ -1030,6 +1039,7 @@ NB_MODULE(_core, m) {
            "replace_planned_bytes"_a = false, "only"_a = std::vector<std::string>(),
            nb::rv_policy::take_ownership)
       .def("reserve_snapshot", &PyCheckpointer::reserveSnapshot)
+      .def("reserve_write_blocks", &PyCheckpointer::reserveWriteBlocks)
       .def("wait_for_pending_save", &PyCheckpointer::waitForPendingSave)
       .def("agree", &PyCheckpointer::agree, "local_error"_a)
       .def("load", &PyCheckpointer::load, "dir"_a, "sync_model_weights"_a = true,

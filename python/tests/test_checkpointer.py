@@ -361,6 +361,23 @@ def test_thread_counts_are_bounded(tmp_path, ck):
                                    None, None, False)
 
 
+def test_reserved_write_blocks_serve_later_saves(tmp_path, ck):
+    """reserve_write_blocks makes a save's direct-I/O blocks up front: saves after it, with
+    as many threads or more (a larger set then), write checkpoints that load back exactly; a
+    bad thread count is a ValueError, as for a save."""
+    ck.reserve_write_blocks(threads=2)
+    ck.fill(3)
+    ck.save(tmp_path / "a", threads=2)
+    ck.fill(4)
+    ck.save(tmp_path / "b", threads=4)
+    ck.load(tmp_path / "a")
+    ck.check(3)
+    ck.load(tmp_path / "b")
+    ck.check(4)
+    with pytest.raises(ValueError, match="threads must be an integer from 0"):
+        ck.reserve_write_blocks(threads=10**6)
+
+
 class _Stop(Exception):
     pass
 

@@ -573,6 +573,9 @@ int run(int argc, char **argv) {
   bool fromHf = !hfDir.empty();
   std::string source = fromHf ? hfDir : load->parsed() ? dir : fromDir;
   Result<LoadResult> loaded = makeError("no load ran", ErrorKind::Internal);
+  // The ranks start the load together, as they start a save (above).
+  if (Status status = checkpointer.comm().barrier(); !status)
+    return failHere(rank, size, command, status.failure());
   if (fromHf) {
     hfOptions.threads = loadOptions.threads;
     hfOptions.stagingBytes = loadOptions.stagingBytes;

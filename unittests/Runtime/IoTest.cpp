@@ -22,6 +22,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <sys/mman.h>
 #include <unistd.h>
 
 using namespace fsdp;
@@ -67,6 +68,11 @@ TEST(WriteQueue, BlocksLandAtTheirOffsetsInAnyOrder) {
     ASSERT_TRUE(blocks) << blocks.error();
     auto queue = WriteQueue::create(**file, 4, **blocks);
     ASSERT_TRUE(queue) << queue.error();
+    // The first block first (the ones a reservation faulted in).
+    auto first = (*queue)->acquire();
+    ASSERT_TRUE(first);
+    EXPECT_EQ(*first, (*blocks)->blocks()[0]);
+    (*queue)->release(*first);
     // Submitted back to front: the offsets, not the order, place them.
     for (uint64_t block = 40; block-- > 0;) {
       auto free = (*queue)->acquire();
@@ -130,10 +136,16 @@ TEST(WriteBlocks, ASaveReusesTheKeptBlocksAndMakesMoreWhenItNeedsMore) {
   ASSERT_EQ(*first, kept.get());
   ASSERT_EQ(kept->blocks().size(), 9u);
   EXPECT_EQ(kept->blockBytes(), kWriteBlockBytes);
-  for (char *block : kept->blocks()) {
+  for (char *block : kept->blocks())
     EXPECT_EQ(reinterpret_cast<uintptr_t>(block) % kWriteBlockAlignment, 0u);
-    EXPECT_EQ(block[0], 0); // touched (zeroed) when made
-    EXPECT_EQ(block[kWriteBlockBytes - 1], 0);
+  // touch faults the first blocks in (a queue hands those out first), no more than there are.
+  kept->touch(2);
+  kept->touch(100);
+  for (char *block : {kept->blocks()[0], kept->blocks()[1]}) {
+    std::vector<unsigned char> resident(kWriteBlockBytes / 4096);
+    ASSERT_EQ(::mincore(block, kWriteBlockBytes, resident.data()), 0);
+    for (unsigned char page : resident)
+      ASSERT_TRUE(page & 1);
   }
   std::vector<char *> made = kept->blocks();
   // A save that needs as many or fewer uses them as they are.

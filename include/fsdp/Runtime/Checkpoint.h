@@ -141,10 +141,10 @@ struct SaveOptions {
   StagingPool *staging = nullptr;
   uint64_t stagingBytes = 0;
   /// Where a direct-I/O save's blocks (a worker's and a write in flight's,
-  /// 8 MiB each, touched when made) are kept for the next save: those there
-  /// are used when there are enough, else new ones are made and left there
-  /// (a Checkpointer keeps one set for all its saves). Null: the save makes
-  /// its own and frees them.
+  /// 8 MiB each) are kept for the next save, which then finds them faulted
+  /// in: those there are used when there are enough, else new ones are made
+  /// and left there (a Checkpointer keeps one set for all its saves). Null:
+  /// the save makes its own and frees them.
   std::unique_ptr<WriteBlocks> *keptWriteBlocks = nullptr;
   /// The optimizer step count stored in every `optimizer.state.<fqn>.step`.
   float step = 1.0f;

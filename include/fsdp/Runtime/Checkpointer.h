@@ -131,12 +131,12 @@ public:
   /// Reserves (and touches) the async save's snapshot now, so that the
   /// first async save does not pay for it.
   Status reserveSnapshot();
-  /// Reserves (and touches) the blocks a direct-I/O save of `threads`
-  /// workers (0: defaultThreads) with `writeDepth` writes in flight (0: 8)
-  /// writes from, one per worker and per write in flight, 8 MiB each, so
-  /// that no save pays for them. Every save keeps its blocks for the next
-  /// (72 MiB at 1 thread, 128 MiB at 8); a save with more threads or a
-  /// deeper queue replaces them.
+  /// Reserves the blocks a direct-I/O save of `threads` workers (0:
+  /// defaultThreads) with `writeDepth` writes in flight (0: 8) writes from,
+  /// one per worker and per write in flight, 8 MiB each, and faults in as
+  /// many as this rank's bytes fill, so that no save pays for them. Every
+  /// save keeps its blocks for the next (72 MiB at 1 thread, 128 MiB at 8);
+  /// a save with more threads or a deeper queue replaces them.
   Status reserveWriteBlocks(unsigned threads = 0, unsigned writeDepth = 0);
   /// Waits for a save still running in the background (none: returns at
   /// once); its outcome stays with its PendingSave.

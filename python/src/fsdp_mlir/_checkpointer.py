@@ -404,6 +404,13 @@ class Checkpointer:
         save_async does)."""
         self._core.reserve_snapshot()
 
+    def reserve_write_blocks(self, threads=0):
+        """Reserves now the blocks a save with `threads` workers writes from
+        (8 MiB for each worker and each of 8 writes in flight; 0: the
+        default count). Every save keeps them for the next, so without this
+        only the first save pays for them."""
+        self._core.reserve_write_blocks(_threads(threads))
+
     def wait(self):
         """Waits for a save still running in the background."""
         self._core.wait_for_pending_save()
