@@ -20,7 +20,7 @@ rm -rf "$RESULTS" && mkdir -p "$RESULTS"
 # halt_on_error: a race fails the run, not just a line in the log.
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"
 echo "tsan: FSDPRuntimeTests, the threaded tests (ranks as threads, worker threads per rank)"
-if ! "$BUILD/unittests/FSDPRuntimeTests" --gtest_filter='Protocol*:Communicators*:MultiRank*:SimulatedDevice.SaveLoad*:SimulatedDevice.Copies*:SimulatedDevice.Large*:SimulatedDevice.Loads*:BandStaging*:StagingPool*:AsyncSave*:ReplacedRemoval*:ReplicaGroups*:CommunicatorDataPlane*:ReplicaLoads*:Pinning*:WriteQueue*:DirectReads*' \
+if ! "$BUILD/unittests/FSDPRuntimeTests" --gtest_filter='Protocol*:Communicators*:MultiRank*:SimulatedDevice.SaveLoad*:SimulatedDevice.Copies*:SimulatedDevice.Large*:SimulatedDevice.Loads*:BandStaging*:StagingPool*:AsyncSave*:SaveBlocks*:ReplacedRemoval*:ReplicaGroups*:CommunicatorDataPlane*:ReplicaLoads*:Pinning*:WriteQueue*:DirectReads*' \
       --gtest_output="xml:$RESULTS/FSDPRuntimeTests-tsan.xml" > "$RESULTS/tsan.log" 2>&1; then
   echo "tsan: FAILED"
   tail -40 "$RESULTS/tsan.log"

@@ -4,19 +4,22 @@
 // buffers as soon as the save returns and the checkpoint still holds the
 // values it had then (host buffers and simulated device buffers); a second
 // save waits for the first, and saves reuse the snapshot and the direct-I/O
-// blocks; every error, any rank's, comes out of wait() on every rank. An
-// overwrite returns before the checkpoint it replaced is removed, and the
-// next save waits for that removal. (ThreadSanitizer runs these:
-// scripts/tsan.sh.)
+// blocks (kept in a caller's slot too); every error, any rank's, comes out
+// of wait() on every rank. An overwrite returns before the checkpoint it
+// replaced is removed, and the next save waits for that removal.
+// (ThreadSanitizer runs these: scripts/tsan.sh.)
 //
 //===----------------------------------------------------------------------===//
 
 #include "../../runtime/SaveSnapshot.h"
+#include "../../runtime/WriteQueue.h"
 #include "ForwardingStorage.h"
 #include "MultiRank.h"
 
 #include <condition_variable>
+#include <fcntl.h>
 #include <mutex>
+#include <unistd.h>
 
 using namespace fsdp;
 using namespace fsdp::runtime;
@@ -164,6 +167,51 @@ TEST(AsyncSave, ASecondSaveWaitsForTheFirstAndReusesTheSnapshotAndBlocks) {
   for (const char *dir : {"/b", "/c", "/d"})
     expectAllOk(loadOnRanks(two, work + dir, 52));
   expectAllOk(loadOnRanks(two, work + "/e", 53));
+  (void)createPosixStorage()->removeTree(work);
+}
+
+// A caller's slot for the direct-I/O blocks (what a Checkpointer passes for
+// its own): the first save makes them there, the next writes from the same
+// ones, and both checkpoints load back.
+TEST(SaveBlocks, ASaveMakesItsBlocksInTheCallersSlotAndTheNextReusesThem) {
+  std::string work = tempDir();
+  ASSERT_FALSE(work.empty());
+  // Where the file system refuses direct I/O a save makes no blocks at all.
+  int probe = ::open((work + "/probe").c_str(), O_WRONLY | O_CREAT | O_DIRECT, 0644);
+  if (probe < 0) {
+    (void)createPosixStorage()->removeTree(work);
+    GTEST_SKIP() << "the temporary directory's file system refuses direct I/O";
+  }
+  ::close(probe);
+  plan::PlanFile two = planFor(largerModel(2));
+  PerRank<Status> saved(2);
+  onRanks(2, [&](int64_t rank, std::unique_ptr<Communicator> comm) {
+    Result<std::unique_ptr<Checkpointer>> opened =
+        openAndAllocate(two, std::move(comm), nullptr, {});
+    ASSERT_TRUE(opened) << opened.error();
+    Checkpointer &checkpointer = **opened;
+    std::unique_ptr<WriteBlocks> kept;
+    SaveOptions options;
+    options.threads = 2;
+    options.keptWriteBlocks = &kept;
+    Status status = checkpointer.fill(61);
+    if (status)
+      status = statusOf(checkpointer.save(work + "/x", options));
+    ASSERT_TRUE(kept) << "the save left no blocks in the caller's slot";
+    const WriteBlocks *made = kept.get();
+    EXPECT_EQ(made->blocks().size(), WriteBlocks::countForSave(2, 0));
+    std::vector<char *> blocks = made->blocks();
+    if (status)
+      status = checkpointer.fill(62);
+    if (status)
+      status = statusOf(checkpointer.save(work + "/y", options));
+    EXPECT_EQ(kept.get(), made);
+    EXPECT_EQ(kept->blocks(), blocks);
+    saved.values[rank] = status;
+  });
+  expectAllOk(saved.values);
+  expectAllOk(loadOnRanks(two, work + "/x", 61));
+  expectAllOk(loadOnRanks(two, work + "/y", 62));
   (void)createPosixStorage()->removeTree(work);
 }
 
