@@ -186,14 +186,19 @@ Result<TransferStats> Checkpointer::save(const std::string &dir, SaveOptions opt
   return saveCheckpoint(planFile_, plan_, **held, dir, *comm_, *storage_, options);
 }
 
-Status Checkpointer::reserveSnapshot() {
+Status Checkpointer::reserveSnapshot(unsigned threads) {
+  return reserveSnapshot(threads ? threads : defaultThreads(), /*hugePages=*/true);
+}
+
+Status Checkpointer::reserveSnapshot(unsigned threads, bool hugePages) {
   if (snapshot_)
     return Status::success();
   // Pinned by a device's backend: the capture is then one device-to-host
   // copy at full speed.
   std::shared_ptr<MemoryBackend> pinner =
       backend_ && !backend_->hostAccessible() ? backend_ : nullptr;
-  Result<std::unique_ptr<SaveSnapshot>> reserved = SaveSnapshot::reserve(plan_, pinner);
+  Result<std::unique_ptr<SaveSnapshot>> reserved =
+      SaveSnapshot::reserve(plan_, threads, hugePages, pinner);
   if (!reserved)
     return reserved.failure();
   snapshot_ = reserved.take();
@@ -229,10 +234,12 @@ Result<std::shared_ptr<PendingSave>> Checkpointer::saveAsync(const std::string &
   Result<RankBuffers *> held = buffers();
   if (!held)
     captured = held.failure();
+  unsigned threads = options.threads ? options.threads : defaultThreads();
+  // Made in the caller's stall: small pages, faulted in several times faster than
+  // huge ones where the machine has not backed the memory yet.
   if (captured)
-    captured = reserveSnapshot();
+    captured = reserveSnapshot(threads, /*hugePages=*/false);
   if (captured) {
-    unsigned threads = options.threads ? options.threads : defaultThreads();
     captured = snapshot_->capture(**held, threads);
   }
   double stall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -59,8 +59,8 @@ public:
     // Large blocks are aligned to a huge page and asked for huge pages
     // (transparent huge pages are often "madvise" only): touching them then
     // faults once per 2 MiB, not per 4 KiB. Measured here: zeroing and
-    // filling 1.87 GB took 0.8-1.2 s so, 2.4-3.4 s in small pages (an async
-    // save's first stall reserves its snapshot so).
+    // filling 1.87 GB took 0.8-1.2 s so, 2.4-3.4 s in small pages, where
+    // the memory had been backed before (SaveSnapshot: not so where not).
     constexpr uint64_t kHugePage = uint64_t(2) << 20;
     uint64_t alignment = bytes >= kHugePage ? kHugePage : 4096;
     uint64_t rounded = (bytes + alignment - 1) / alignment * alignment;

@@ -3,10 +3,13 @@
 #include "Parallel.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <future>
 #include <set>
 #include <tuple>
+
+#include <sys/mman.h>
 
 #if defined(__x86_64__)
 #include <emmintrin.h>
@@ -19,6 +22,7 @@ namespace {
 constexpr uint64_t kPageBytes = 4096;
 /// Copies are cut into pieces of this size, so threads share large buffers.
 constexpr uint64_t kCopyPieceBytes = uint64_t(64) << 20;
+constexpr uint64_t kHugePageBytes = uint64_t(2) << 20;
 
 uint64_t roundUp(uint64_t value) { return (value + kPageBytes - 1) / kPageBytes * kPageBytes; }
 } // namespace
@@ -54,6 +58,7 @@ void copyBypassingCache(void *destination, const void *source, uint64_t bytes) {
 }
 
 Result<std::unique_ptr<SaveSnapshot>> SaveSnapshot::reserve(const plan::RankPlan &plan,
+                                                             unsigned threads, bool hugePages,
                                                              std::shared_ptr<MemoryBackend> pinner) {
   std::unique_ptr<SaveSnapshot> snapshot(new SaveSnapshot());
   std::map<std::pair<int32_t, plan::BufferRole>, const plan::LocalBuffer *> byRole;
@@ -102,8 +107,8 @@ Result<std::unique_ptr<SaveSnapshot>> SaveSnapshot::reserve(const plan::RankPlan
   }
   snapshot->ranges_ = std::move(merged);
 
-  // One block of host memory, touched now (zeroed): no capture pays for
-  // page faults. Each saved buffer gets a page-aligned copy of its size.
+  // One block of host memory. Each saved buffer gets a page-aligned copy of
+  // its size.
   plan::RankPlan layout;
   layout.rank = plan.rank;
   std::map<std::pair<int32_t, plan::BufferRole>, uint64_t> offsets;
@@ -120,10 +125,33 @@ Result<std::unique_ptr<SaveSnapshot>> SaveSnapshot::reserve(const plan::RankPlan
     if (buffer.aliasesMainWeight && saved.count({buffer.group, plan::BufferRole::MainWeight}))
       layout.buffers.push_back(buffer);
   snapshot->host_ = createHostBackend();
-  Result<void *> memory = snapshot->host_->allocate(snapshot->reserved_);
-  if (!memory)
-    return propagate(memory, "the async save's snapshot: " + memory.error());
-  snapshot->memory_ = *memory;
+  if (snapshot->reserved_) {
+    // Huge pages or small, faulted in now by the kernel (MADV_POPULATE_WRITE),
+    // each thread a piece. Measured for 1.87 GB a rank, 2 ranks, on memory
+    // the machine had not backed before: faulting in small pages and copying
+    // into them stalled 0.72-0.83 s (zeroing them with memset first
+    // 1.04-1.19 s, letting the copy fault them 1.22-1.65 s), huge pages
+    // 2.9-5.9 s however touched; once faulted in, a 2-thread streaming copy
+    // into huge pages took 0.10 s, into small ones 0.14 s.
+    uint64_t alignment = hugePages ? kHugePageBytes : kPageBytes;
+    snapshot->mappingBytes_ = snapshot->reserved_ + alignment - kPageBytes;
+    void *mapping = ::mmap(nullptr, snapshot->mappingBytes_, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mapping == MAP_FAILED) {
+      int error = errno;
+      return makeError("the async save's snapshot: cannot map " +
+                           std::to_string(snapshot->reserved_) +
+                           " bytes of host memory: " + std::strerror(error),
+                       ErrorKind::IO, error);
+    }
+    snapshot->mapping_ = mapping;
+    uintptr_t start = reinterpret_cast<uintptr_t>(mapping);
+    snapshot->memory_ = reinterpret_cast<void *>((start + alignment - 1) / alignment * alignment);
+    if (hugePages) // a hint: refused, small pages serve
+      (void)::madvise(snapshot->memory_, snapshot->reserved_, MADV_HUGEPAGE);
+    if (Status populated = snapshot->populate(threads); !populated)
+      return populated.failure();
+  }
   if (pinner && snapshot->reserved_ && pinner->pinHostMemory(snapshot->memory_, snapshot->reserved_))
     snapshot->pinner_ = std::move(pinner);
   std::map<std::pair<int32_t, plan::BufferRole>, void *> views;
@@ -139,8 +167,28 @@ Result<std::unique_ptr<SaveSnapshot>> SaveSnapshot::reserve(const plan::RankPlan
 SaveSnapshot::~SaveSnapshot() {
   if (pinner_)
     pinner_->unpinHostMemory(memory_, reserved_);
-  if (memory_)
-    host_->release(memory_);
+  if (mapping_)
+    ::munmap(mapping_, mappingBytes_);
+}
+
+Status SaveSnapshot::populate(unsigned threads) {
+  uint64_t pieces = (reserved_ + kCopyPieceBytes - 1) / kCopyPieceBytes;
+  return forEachItem(pieces, threads, [&](size_t index, unsigned) -> Status {
+    char *piece = static_cast<char *>(memory_) + index * kCopyPieceBytes;
+    uint64_t bytes = std::min(kCopyPieceBytes, reserved_ - index * kCopyPieceBytes);
+#ifdef MADV_POPULATE_WRITE
+    if (::madvise(piece, bytes, MADV_POPULATE_WRITE) == 0)
+      return Status::success();
+    if (int error = errno; error != EINVAL) // EINVAL: a kernel before 5.14: touched below
+      return makeError("the async save's snapshot: cannot fault in " + std::to_string(bytes) +
+                           " bytes of host memory: " + std::strerror(error),
+                       ErrorKind::IO, error);
+#endif
+    // One store per page (the memory reads as zero; a zero keeps it so).
+    for (uint64_t at = 0; at < bytes; at += kPageBytes)
+      static_cast<volatile char *>(piece)[at] = 0;
+    return Status::success();
+  });
 }
 
 uint64_t SaveSnapshot::capturedBytes() const {

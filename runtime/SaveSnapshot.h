@@ -3,10 +3,12 @@
 // An async save copies every buffer range this rank's plan saves into host
 // memory it owns, then writes from that copy in the background while the
 // caller goes on changing its buffers. The memory is reserved once (for all
-// of a checkpointer's async saves) and touched when reserved, so no save
-// pays for page faults; the copy runs on several threads (host buffers) or
-// as the backend's copies (device buffers), all issued before any is waited
-// for.
+// of a checkpointer's async saves) and faulted in when reserved, on several
+// threads, so no capture pays for page faults: in huge pages when reserved
+// ahead of time (copies into them are faster), in small pages when the
+// first save reserves it in its stall (faulting them in is faster). The copy
+// runs on several threads (host buffers) or as the backend's copies (device
+// buffers), all issued before any is waited for.
 //
 //===----------------------------------------------------------------------===//
 #ifndef FSDP_RUNTIME_SAVESNAPSHOT_H
@@ -30,10 +32,12 @@ void copyBypassingCache(void *destination, const void *source, uint64_t bytes);
 class SaveSnapshot {
 public:
   /// Host memory for every buffer that `plan` saves from (not the others),
-  /// pinned by `pinner` when given (a device's backend; unpinned memory if
-  /// it cannot).
+  /// faulted in on `threads` threads, in huge pages if `hugePages` (and the
+  /// system grants them); pinned by `pinner` when given (a device's backend;
+  /// unpinned memory if it cannot).
   static Result<std::unique_ptr<SaveSnapshot>>
-  reserve(const plan::RankPlan &plan, std::shared_ptr<MemoryBackend> pinner = nullptr);
+  reserve(const plan::RankPlan &plan, unsigned threads, bool hugePages,
+          std::shared_ptr<MemoryBackend> pinner = nullptr);
   ~SaveSnapshot();
   SaveSnapshot(const SaveSnapshot &) = delete;
   SaveSnapshot &operator=(const SaveSnapshot &) = delete;
@@ -56,8 +60,11 @@ private:
   };
   std::vector<Range> ranges_; // the write items' ranges, adjacent ones merged
   std::shared_ptr<MemoryBackend> host_, pinner_;
-  void *memory_ = nullptr;
+  Status populate(unsigned threads);
+  void *memory_ = nullptr; // reserved_ bytes, aligned in mapping_
   uint64_t reserved_ = 0;
+  void *mapping_ = nullptr;
+  uint64_t mappingBytes_ = 0;
   RankBuffers buffers_;
 };
 

@@ -853,11 +853,11 @@ public:
     return new AsyncSave(started->take(), rank(), raised);
   }
 
-  void reserveSnapshot() {
+  void reserveSnapshot(unsigned threads) {
     Status status;
     {
       nb::gil_scoped_release release;
-      status = checkpointer_->reserveSnapshot();
+      status = checkpointer_->reserveSnapshot(threads);
     }
     check(status);
   }

@@ -514,7 +514,7 @@ int run(int argc, char **argv) {
     // A training job reserves the async save's snapshot at start-up, so
     // that no save pays for it.
     if (async)
-      if (Status status = checkpointer.reserveSnapshot(); !status)
+      if (Status status = checkpointer.reserveSnapshot(threads); !status)
         return failHere(rank, size, command, status.failure());
     if (Status status = checkpointer.fill(static_cast<uint32_t>(seed)); !status)
       return failHere(rank, size, command, status.failure());

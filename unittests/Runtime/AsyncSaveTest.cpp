@@ -17,8 +17,10 @@
 #include "MultiRank.h"
 
 #include <condition_variable>
+#include <cstring>
 #include <fcntl.h>
 #include <mutex>
+#include <sys/mman.h>
 #include <unistd.h>
 
 using namespace fsdp;
@@ -113,6 +115,62 @@ TEST(AsyncSave, TheSnapshotCopyIsExactAtEveryAlignmentAndLength) {
               << destinationShift << ", byte " << (at - destination.data());
         }
       }
+}
+
+/// How many of the pages under `view` are in memory.
+uint64_t residentPages(const BufferView &view) {
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  uintptr_t start = reinterpret_cast<uintptr_t>(view.data) / page * page;
+  uint64_t length = reinterpret_cast<uintptr_t>(view.data) + view.bytes - start;
+  std::vector<unsigned char> resident((length + page - 1) / page);
+  EXPECT_EQ(::mincore(reinterpret_cast<void *>(start), length, resident.data()), 0);
+  uint64_t count = 0;
+  for (unsigned char flags : resident)
+    count += flags & 1;
+  return count;
+}
+
+// A snapshot is faulted in when reserved (on the threads given), so that no
+// capture pays for page faults, and its capture copies every saved byte.
+TEST(AsyncSave, TheSnapshotIsFaultedInWhenReservedAndHoldsEverySavedByte) {
+  plan::PlanFile one = planFor(largerModel(1));
+  Result<plan::RankPlan> rankPlan = one.rank(0);
+  ASSERT_TRUE(rankPlan) << rankPlan.error();
+  Result<RankBuffers> source = RankBuffers::allocate(*rankPlan);
+  ASSERT_TRUE(source) << source.error();
+  for (const plan::LocalBuffer &buffer : source->layout()) {
+    Result<BufferView> view = source->get(buffer.group, buffer.role);
+    ASSERT_TRUE(view) << view.error();
+    for (uint64_t i = 0; i < view->bytes; ++i)
+      static_cast<unsigned char *>(view->data)[i] = static_cast<unsigned char>(i * 13 + 5);
+  }
+  for (auto [threads, hugePages] : {std::pair{1u, false}, std::pair{3u, true}}) {
+    Result<std::unique_ptr<SaveSnapshot>> snapshot =
+        SaveSnapshot::reserve(*rankPlan, threads, hugePages);
+    ASSERT_TRUE(snapshot) << snapshot.error();
+    ASSERT_GT((*snapshot)->capturedBytes(), uint64_t(1) << 20);
+    const std::vector<plan::LocalBuffer> &saved = (*snapshot)->buffers().layout();
+    ASSERT_FALSE(saved.empty());
+    for (const plan::LocalBuffer &buffer : saved) {
+      BufferView view = *(*snapshot)->buffers().get(buffer.group, buffer.role);
+      EXPECT_EQ(residentPages(view), (view.bytes + 4095) / 4096)
+          << "group " << buffer.group << " " << plan::bufferRoleName(buffer.role);
+    }
+    ASSERT_TRUE((*snapshot)->capture(*source, threads));
+    for (const plan::WriteItem &item : rankPlan->writes) {
+      if (item.source != plan::ItemSource::Buffer)
+        continue;
+      BufferView from = *source->get(item.buffer.group, item.buffer.role);
+      BufferView to = *(*snapshot)->buffers().get(item.buffer.group, item.buffer.role);
+      uint64_t elementSize = dcp::dtypeInfo(item.dtype).elementSize;
+      uint64_t offset = static_cast<uint64_t>(item.buffer.localOffset) * elementSize;
+      EXPECT_EQ(std::memcmp(static_cast<char *>(from.data) + offset,
+                            static_cast<char *>(to.data) + offset,
+                            static_cast<uint64_t>(item.buffer.elements) * elementSize),
+                0)
+          << item.key;
+    }
+  }
 }
 
 TEST(AsyncSave, DeviceBuffersOverwrittenAfterReturnKeepTheSavedValues) {

@@ -128,9 +128,12 @@ public:
   /// Fails at once (nothing started) only when the communicator may not be
   /// used from another thread (a caller's MPI without MPI_THREAD_MULTIPLE).
   Result<std::shared_ptr<PendingSave>> saveAsync(const std::string &dir, SaveOptions options = {});
-  /// Reserves (and touches) the async save's snapshot now, so that the
-  /// first async save does not pay for it.
-  Status reserveSnapshot();
+  /// Reserves the async save's snapshot now and faults it in on `threads`
+  /// threads (0: defaultThreads), so that the first async save does not pay
+  /// for it; in huge pages where the system grants them, which the captures
+  /// copy into faster (the first async save, reserving it in its stall,
+  /// takes small pages, faulted in faster).
+  Status reserveSnapshot(unsigned threads = 0);
   /// Reserves the blocks a direct-I/O save of `threads` workers (0:
   /// defaultThreads) with `writeDepth` writes in flight (0: 8) writes from,
   /// one per worker and per write in flight, 8 MiB each, and faults in as
@@ -184,6 +187,7 @@ private:
   bool dataPlaneAlone_ = false, shareReads_ = true;
   bool replicasDecided_ = false;           // the replica group was looked for
   std::unique_ptr<ReplicaDataPlane> replicas_;
+  Status reserveSnapshot(unsigned threads, bool hugePages);
   std::unique_ptr<SaveSnapshot> snapshot_; // made by the first async save
   // Written from by every save, made by the first; used by one save at a
   // time (each waits for the one before).

@@ -399,10 +399,11 @@ class Checkpointer:
                                   for key, raw in result["tensor_items"].items()}
         return result
 
-    def reserve_snapshot(self):
-        """Reserves the async save's host snapshot now (else the first
-        save_async does)."""
-        self._core.reserve_snapshot()
+    def reserve_snapshot(self, threads=0):
+        """Reserves the async save's host snapshot now and faults it in on
+        `threads` threads (0: the default count); else the first save_async
+        does."""
+        self._core.reserve_snapshot(_threads(threads))
 
     def reserve_write_blocks(self, threads=0):
         """Reserves now the blocks a save with `threads` workers writes from
