@@ -16,11 +16,11 @@ order of its own, every turn after a pause of SETTLE_SECONDS):
                           torch on CPU), framework="fsdp2", its defaults: it saves a model and
                           optimizer, so an FSDP2 module with parameters of our model keys'
                           shapes and Adam's two moments (the same bytes as ours)
-Then the async saves (the stall until the call returns, first and repeated; each system starts
-with every checkpoint file dropped from the page cache, and gives its memory back when it is
-done, before the next one starts): ours save_async,
-dcp.async_save, torch-checkpointing's default (asynchronous) saver with CPU staging,
-ByteCheckpoint's fast_saving=True.
+Then the async saves (the stall until the call returns, first and repeated): each round,
+each system in a job of its own (a fresh pair of processes, its state made, every checkpoint
+file dropped from the page cache), three saves, the first making its staging memory; ours
+save_async, dcp.async_save (dcp-best's writer), torch-checkpointing's default (asynchronous)
+saver with CPU staging, ByteCheckpoint's fast_saving=True.
 
 The peers hold every key of our checkpoint as a Shard(0) DTensor of the same shape and dtype:
 the same bytes. Cold: every file of the checkpoint fsynced and dropped from the page cache
@@ -292,49 +292,70 @@ def worker(rank, world, port, plan, work, threads, rounds, systems, out):
             times[name]["load_cold"].append(barrier_time(lambda: made[name].load(path))[0])
             warm(path, work)
             times[name]["load_warm"].append(barrier_time(lambda: made[name].load(path))[0])
-    # Async saves: the stall until the call returns, then the wait for the commit.
-    stalls = {}
-    asynchronous = {"ours": made["ours"]}
-    if "dcp-best" in made:
-        asynchronous["dcp"] = made["dcp-best"]
-    if "torch-checkpointing" in made:
-        try:
-            asynchronous["torch-checkpointing"] = TorchCheckpointing(state, threads, True)
-        except Exception as e:
-            errors["torch-checkpointing async"] = f"{type(e).__name__}: {e}"
-    if "bytecheckpoint" in made:
-        # The same model and optimizer, saved with fast_saving: a second copy of them beside
-        # every other system's state would not fit this machine.
-        made["bytecheckpoint"].asynchronous = True
-        asynchronous["bytecheckpoint"] = made["bytecheckpoint"]
-    for name in list(asynchronous):
-        system = asynchronous[name]
-        # Each system's first async save makes its staging memory. It starts from the same
-        # page cache as every other's (every checkpoint file dropped from it), so that none
-        # pays for reclaiming the cache the ones before it filled.
-        drop(work)
-        stalls[name] = []
-        for i in range(3):
-            path = os.path.join(work, f"{name}-async-{i}")
-            if rank == 0:
-                shutil.rmtree(path, ignore_errors=True)
-            stall, handle = barrier_time(lambda: system.save_async(path))
-            if handle is not None:
-                (handle.wait if hasattr(handle, "wait") else handle.result)()
-            dist.barrier()
-            stalls[name].append(stall)
-            if rank == 0:
-                shutil.rmtree(path, ignore_errors=True)
-        # Its staging memory given back before the next system makes its own.
-        for key in [key for key, value in made.items() if value is system]:
-            made[key] = None
-        if name == "ours":  # ours-buffered holds the same buffers
-            made["ours-buffered"] = None
-        asynchronous[name] = system = handle = None
-        gc.collect()
     if rank == 0:
-        out.update(bytes=int(nbytes.item()), times=times, stalls=stalls, errors=errors)
+        out.update(bytes=int(nbytes.item()), times=times, errors=errors)
     dist.destroy_process_group()
+
+
+ASYNC_SYSTEMS = {"ours": "ours", "dcp-best": "dcp", "torch-checkpointing": "torch-checkpointing",
+                 "bytecheckpoint": "bytecheckpoint"}
+
+
+def async_worker(rank, world, port, plan, work, threads, name, out):
+    """One system's async saves in a job of their own: three saves, the first making its
+    staging memory. A fresh pair of processes for each, so that every system's first save
+    meets the machine as a job's does: memory it has not touched, every checkpoint file
+    dropped from the page cache, nothing freed by another system a moment before (a
+    process that reuses pages another just gave back fills them at several times the speed
+    of pages the machine has not handed out yet)."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.set_num_threads(threads)
+    warnings.simplefilter("ignore")
+    from torch.distributed.device_mesh import init_device_mesh
+    import torch.distributed.checkpoint as dcp
+    mesh = init_device_mesh("cpu", (world,))
+    try:
+        if name == "ours":
+            system = Ours(plan, threads)
+        else:
+            state = peer_state(dcp.FileSystemReader(os.path.join(work, "ours")).read_metadata(),
+                               mesh, rank, world)
+            if name == "dcp-best":
+                system = Dcp(state, threads)
+            elif name == "torch-checkpointing":
+                system = TorchCheckpointing(state, threads, True)
+            else:
+                system = ByteCheckpoint(state, mesh, asynchronous=True)
+    except Exception as e:
+        if rank == 0:
+            out["error"] = f"{type(e).__name__}: {e}"
+        dist.destroy_process_group()
+        return
+    drop(work)
+    time.sleep(SETTLE_SECONDS)
+    stalls = []
+    for i in range(3):
+        path = os.path.join(work, f"{name}-async-{i}")
+        if rank == 0:
+            shutil.rmtree(path, ignore_errors=True)
+        stall, handle = barrier_time(lambda: system.save_async(path))
+        if handle is not None:
+            (handle.wait if hasattr(handle, "wait") else handle.result)()
+        dist.barrier()
+        stalls.append(stall)
+        if rank == 0:
+            shutil.rmtree(path, ignore_errors=True)
+    if rank == 0:
+        out["stalls"] = stalls
+    dist.destroy_process_group()
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def spread(values):
@@ -351,13 +372,27 @@ def main():
     args = parser.parse_args()
     systems = args.systems.split(",")
     os.makedirs(args.work, exist_ok=True)
-    out = mp.Manager().dict()
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(worker, args=(2, port, args.plan, args.work, args.threads, args.rounds, systems, out),
-             nprocs=2, join=True)
+    manager = mp.Manager()
+    out = manager.dict()
+    mp.spawn(worker, args=(2, free_port(), args.plan, args.work, args.threads, args.rounds,
+                           systems, out), nprocs=2, join=True)
+    errors = dict(out["errors"])
+    # The async saves: each round, each system in a job of its own, in an order of the
+    # round's own.
+    stalls = {}
+    asynchronous = [n for n in ASYNC_SYSTEMS if n in systems and n not in errors]
+    for r in range(args.rounds):
+        order = list(asynchronous)
+        random.Random(1000 + r).shuffle(order)
+        for name in order:
+            result = manager.dict()
+            mp.spawn(async_worker, args=(2, free_port(), args.plan, args.work, args.threads,
+                                         name, result), nprocs=2, join=True)
+            if "error" in result:
+                errors[f"{ASYNC_SYSTEMS[name]} async"] = result["error"]
+                asynchronous.remove(name)
+            else:
+                stalls.setdefault(ASYNC_SYSTEMS[name], []).append(list(result["stalls"]))
     gb = out["bytes"] / 1e9
     settings = {"ours": f"threads={args.threads}",
                 "ours-buffered": f"threads={args.threads}, direct_reads=False", "dcp": "FileSystemWriter() defaults",
@@ -379,13 +414,22 @@ def main():
                               "cache": figure.partition("_")[2] or None}), flush=True)
             line += f" {figure} {s['median']:.2f} ({s['min']:.2f}-{s['max']:.2f})"
         summary.append(line + f"   [{settings[name]}]")
-    for name, stalls in out["stalls"].items():
-        print(json.dumps({"name": "save_stall", "system": name, "first_s": round(stalls[0], 3),
-                          "repeated_s": round(statistics.median(stalls[1:]), 3), "unit": "s"}),
-              flush=True)
-        summary.append(f"  async save stall, {name}: first {stalls[0]:.3f} s, repeated "
-                       f"{statistics.median(stalls[1:]):.3f} s")
-    for name, why in out["errors"].items():
+    for name, runs in stalls.items():
+        first = spread([run[0] for run in runs])
+        repeated = spread([stall for run in runs for stall in run[1:]])
+        print(json.dumps({"name": "save_stall", "system": name,
+                          "first_s": round(first["median"], 3),
+                          "first_min_s": round(first["min"], 3),
+                          "first_max_s": round(first["max"], 3),
+                          "repeated_s": round(repeated["median"], 3),
+                          "repeated_min_s": round(repeated["min"], 3),
+                          "repeated_max_s": round(repeated["max"], 3),
+                          "unit": "s", "jobs": len(runs)}), flush=True)
+        summary.append(f"  async save stall, {name} ({len(runs)} jobs): first "
+                       f"{first['median']:.3f} s ({first['min']:.3f}-{first['max']:.3f}), "
+                       f"repeated {repeated['median']:.3f} s ({repeated['min']:.3f}-"
+                       f"{repeated['max']:.3f})")
+    for name, why in errors.items():
         print(json.dumps({"name": "skipped", "system": name, "why": why}), flush=True)
         summary.append(f"  {name}: not measured ({why})")
     print("\n".join(summary))
