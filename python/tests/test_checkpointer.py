@@ -378,6 +378,23 @@ def test_reserved_write_blocks_serve_later_saves(tmp_path, ck):
         ck.reserve_write_blocks(threads=10**6)
 
 
+def test_reserved_snapshot_serves_async_saves(tmp_path, ck):
+    """reserve_snapshot(threads) makes the async save's snapshot up front: async saves after
+    it return before their buffers change and write what the buffers held then; a bad thread
+    count is a ValueError, as for a save."""
+    with pytest.raises(ValueError, match="threads must be an integer from 0"):
+        ck.reserve_snapshot(threads=-1)
+    ck.reserve_snapshot(threads=2)
+    for seed, name in ((5, "a"), (6, "b")):
+        ck.fill(seed)
+        pending = ck.save_async(tmp_path / name, threads=2)
+        ck.fill(seed + 10)  # training goes on while it writes
+        pending.wait()
+    for seed, name in ((5, "a"), (6, "b")):
+        ck.load(tmp_path / name)
+        ck.check(seed)
+
+
 class _Stop(Exception):
     pass
 
