@@ -68,6 +68,16 @@ void check(const Status &status) {
   if (!status)
     raise(status.failure());
 }
+/// Runs `work` (a runtime call returning a Status) with the GIL released,
+/// then raises its error, if any, with the GIL held again.
+template <typename Work> void checkWithoutGil(Work work) {
+  Status status;
+  {
+    nb::gil_scoped_release release;
+    status = work();
+  }
+  check(status);
+}
 template <typename T> T take(Result<T> result) {
   if (!result)
     raise(result.failure());
@@ -773,21 +783,11 @@ public:
   }
 
   void fill(uint32_t seed) {
-    Status status;
-    {
-      nb::gil_scoped_release release;
-      status = checkpointer_->fill(seed);
-    }
-    check(status);
+    checkWithoutGil([&] { return checkpointer_->fill(seed); });
   }
 
   void refreshModelWeights(int32_t group) {
-    Status status;
-    {
-      nb::gil_scoped_release release;
-      status = checkpointer_->refreshModelWeights(group);
-    }
-    check(status);
+    checkWithoutGil([&] { return checkpointer_->refreshModelWeights(group); });
   }
 
   void checkValues(uint32_t seed) {
@@ -854,21 +854,11 @@ public:
   }
 
   void reserveSnapshot(unsigned threads) {
-    Status status;
-    {
-      nb::gil_scoped_release release;
-      status = checkpointer_->reserveSnapshot(threads);
-    }
-    check(status);
+    checkWithoutGil([&] { return checkpointer_->reserveSnapshot(threads); });
   }
 
   void reserveWriteBlocks(unsigned threads) {
-    Status status;
-    {
-      nb::gil_scoped_release release;
-      status = checkpointer_->reserveWriteBlocks(threads);
-    }
-    check(status);
+    checkWithoutGil([&] { return checkpointer_->reserveWriteBlocks(threads); });
   }
 
   void waitForPendingSave() {
