@@ -173,6 +173,22 @@ TEST(AsyncSave, TheSnapshotIsFaultedInWhenReservedAndHoldsEverySavedByte) {
   }
 }
 
+// A snapshot larger than the machine can map (here 384 TiB of weights and
+// moments, over a process's whole address space whatever the overcommit
+// policy) fails with one error line, not an abort.
+TEST(AsyncSave, ASnapshotTooLargeToMapIsAnError) {
+  plan::ModelLayout model = workedExample({1});
+  model.groups[0] = makeGroup("", {{"huge"}}, {{int64_t(1) << 23, int64_t(1) << 22}}, {1},
+                              {layout::Placement::Shard});
+  model.optimizerParams = {"huge"};
+  Result<plan::RankPlan> rankPlan = planFor(model).rank(0);
+  ASSERT_TRUE(rankPlan) << rankPlan.error();
+  Result<std::unique_ptr<SaveSnapshot>> snapshot = SaveSnapshot::reserve(*rankPlan, 2, false);
+  ASSERT_FALSE(snapshot);
+  EXPECT_NE(snapshot.error().find("the async save's snapshot: cannot map"), std::string::npos)
+      << snapshot.error();
+}
+
 TEST(AsyncSave, DeviceBuffersOverwrittenAfterReturnKeepTheSavedValues) {
   overwriteAfterReturn(slowDevice);
 }
