@@ -31,8 +31,10 @@ ceiling first:
   load warm  the load with every file in the page cache against the fastest
              copy and xxh3 of every byte, block by block (fsdp-bench-memcpy-xxh3:
              memcpy between buffers in huge pages in 256 KiB, 1 MiB and 8 MiB
-             blocks, pread of the cached files in 256 KiB and 1 MiB, memcpy out
-             of a mapping of each cached file; what a checked load cannot skip);
+             blocks, copies with streaming stores in 256 KiB and 1 MiB, pread
+             of the cached files in 256 KiB and 1 MiB, memcpy and streaming
+             copies out of a mapping of each cached file; what a checked load
+             cannot skip);
              beside it, not a bar, the same with the bf16 cast of each rank's
              main weights, block by block as they land, that refreshes its model
              weights, as the load does;
@@ -246,17 +248,22 @@ def run_together(argvs):
 
 # The warm load's ceiling is the fastest of these ways to copy every byte of each rank and
 # hash it, block by block (fsdp-bench-memcpy-xxh3, the ranks at once): smaller blocks stay in
-# a core's cache; pread is the kernel's copy out of the cache of the checkpoint's own files.
+# a core's cache; streaming stores write the copy without first reading each of its lines
+# (the load's own copies); pread is the kernel's copy out of the cache of the checkpoint's own
+# files.
 WARM_METHODS = {
     "memcpy + xxh3 256K": ["--block", "256"],
     "memcpy + xxh3 1M": ["--block", "1024"],
     "memcpy + xxh3 8M": ["--block", "8192"],
+    "streaming copy + xxh3 256K": ["--block", "256", "--stream"],
+    "streaming copy + xxh3 1M": ["--block", "1024", "--stream"],
     "pread + xxh3 256K": ["--block", "256", "--pread"],
     "pread + xxh3 1M": ["--block", "1024", "--pread"],
-    # The load's own way: memcpy out of one mapping of each cached file, whose page faults
-    # (one per 2 MiB folio of the cache, one per few pages of smaller ones) the copies
-    # between buffers above do not pay.
+    # The load's own way: copied out of one mapping of each cached file, whose page faults
+    # (one per 2 MiB folio of the cache, one per few pages of smaller ones) and small-page
+    # TLB misses the copies between buffers above do not pay.
     "mmap + xxh3 256K": ["--block", "256", "--mmap"],
+    "mmap streaming copy + xxh3 256K": ["--block", "256", "--stream", "--mmap"],
 }
 
 
@@ -314,7 +321,7 @@ def measure_stall(ckpt, plan, ckdir, work, threads):
         "one memcpy": [[sys.executable, "-c", MEMCPY, str(r["bytes_written_storage"])]
                        for r in ranks],
         "streaming copy": [[os.path.join(os.path.dirname(ckpt), "fsdp-bench-memcpy-xxh3"),
-                            "--stream", "--block", str(64 << 10),
+                            "--stream", "--no-hash", "--block", str(64 << 10),
                             str(r["bytes_written_storage"]), str(threads)] for r in ranks],
     }
     # Each the best of a few tries: the capture is the same streaming copy, so a single try
@@ -386,15 +393,24 @@ def round_trip(tools, plan, casts, ckdir, work, threads, ours_first=True):
     # posix_fadvise(WILLNEED) are small folios, and warm loads from them ran 30% slower
     # (4.3-4.7 against 5.0-6.7 GB/s) than from pages read in by plain reads.
     warm_cache(every_file)
-    t_warm = reported_seconds(MPIRUN + ["-np", "2", ckpt, "load", "--plan", plan, "--dir", ckdir,
-                                        "--threads", str(threads)])
     tool = os.path.join(tools, "fsdp-bench-memcpy-xxh3")
-    figures["load_warm"] = against(t_warm, warm_methods(tool, sizes, threads, files), total)
+
+    def warm_load():
+        return reported_seconds(MPIRUN + ["-np", "2", ckpt, "load", "--plan", plan, "--dir",
+                                          ckdir, "--threads", str(threads)])
+    if ours_first:
+        t_warm = warm_load()
+        copies = warm_methods(tool, sizes, threads, files)
+    else:
+        copies = warm_methods(tool, sizes, threads, files)
+        t_warm = warm_load()
+    figures["load_warm"] = against(t_warm, copies, total)
     copy_method = figures["load_warm"][3]
     # Beside it (not a bar), the same with the load's model-weight refresh: each block of the
-    # main weights cast to bf16 as it lands, at the fastest memcpy block size of the round.
-    block = WARM_METHODS[copy_method.replace("pread", "memcpy").replace("mmap", "memcpy")]
-    t_cast = memcpy_xxh3_seconds(tool, sizes, threads, block, files, casts=casts)
+    # main weights cast to bf16 as it lands, in the fastest method's blocks and copies, between
+    # buffers.
+    between_buffers = [a for a in WARM_METHODS[copy_method] if a not in ("--pread", "--mmap")]
+    t_cast = memcpy_xxh3_seconds(tool, sizes, threads, between_buffers, files, casts=casts)
     figures["load_warm_cast"] = (t_warm, t_cast, total,
                                  "memcpy + xxh3 + the bf16 cast of the main weights", None)
     stall, (t_copy, copy) = measure_stall(ckpt, plan, ckdir, work, threads)
@@ -495,9 +511,10 @@ def main():
               "kernel AIO into huge pages, as the load reads, without its checks) "
               "reading the checkpoint's own files after the cache is dropped; warm load, "
               "the fastest copy and xxh3 of every byte (memcpy between buffers in huge pages "
-              "in 256 KiB, 1 MiB and 8 MiB blocks, pread of the cached files in 256 KiB and "
-              "1 MiB, memcpy out of a mapping of each cached file: what a checked load "
-              "cannot skip); async stall, the faster of one memcpy of each rank's bytes and "
+              "in 256 KiB, 1 MiB and 8 MiB blocks, streaming copies in 256 KiB and 1 MiB, "
+              "pread of the cached files in 256 KiB and 1 MiB, memcpy and streaming copies "
+              "out of a mapping of each cached file: what a checked load cannot skip); "
+              "async stall, the faster of one memcpy of each rank's bytes and "
               "a copy of them in 64 MiB blocks with streaming stores on the save's threads")
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -278,7 +278,7 @@ void ModelWeightRefresh::copyLanded(int32_t group, char *to, const char *from, u
   uint64_t first = 0, end = 0;
   Group *found = wholeElements(group, to, bytes, first, end);
   if (!found) {
-    std::memcpy(to, from, bytes);
+    copyBypassingCache(to, from, bytes);
     return;
   }
   const ModelWeightCast &cast = found->cast;

@@ -1,5 +1,6 @@
 //===- SaveSnapshot.cpp - A host copy of what a save writes ---------------===//
 #include "SaveSnapshot.h"
+#include "fsdp/Runtime/Cast.h"
 #include "Parallel.h"
 
 #include <algorithm>
@@ -10,10 +11,6 @@
 #include <tuple>
 
 #include <sys/mman.h>
-
-#if defined(__x86_64__)
-#include <emmintrin.h>
-#endif
 
 namespace fsdp {
 namespace runtime {
@@ -26,36 +23,6 @@ constexpr uint64_t kHugePageBytes = uint64_t(2) << 20;
 
 uint64_t roundUp(uint64_t value) { return (value + kPageBytes - 1) / kPageBytes * kPageBytes; }
 } // namespace
-
-void copyBypassingCache(void *destination, const void *source, uint64_t bytes) {
-#if defined(__x86_64__)
-  // SSE2, which every x86-64 has: 16-byte streaming stores from an aligned
-  // destination, four to a cache line; the unaligned head and tail by memcpy.
-  constexpr uint64_t kLine = 64;
-  char *to = static_cast<char *>(destination);
-  const char *from = static_cast<const char *>(source);
-  uint64_t misaligned = reinterpret_cast<uintptr_t>(to) % kLine;
-  uint64_t head = std::min<uint64_t>(bytes, misaligned ? kLine - misaligned : 0);
-  if (!bytes)
-    return; // memcpy may not be handed a null pointer, even for no bytes
-  std::memcpy(to, from, head);
-  uint64_t at = head;
-  for (; at + kLine <= bytes; at += kLine) {
-    __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i *>(from + at));
-    __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i *>(from + at + 16));
-    __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i *>(from + at + 32));
-    __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i *>(from + at + 48));
-    _mm_stream_si128(reinterpret_cast<__m128i *>(to + at), a);
-    _mm_stream_si128(reinterpret_cast<__m128i *>(to + at + 16), b);
-    _mm_stream_si128(reinterpret_cast<__m128i *>(to + at + 32), c);
-    _mm_stream_si128(reinterpret_cast<__m128i *>(to + at + 48), d);
-  }
-  std::memcpy(to + at, from + at, bytes - at);
-  _mm_sfence(); // streaming stores are weakly ordered: visible before the writer reads
-#else
-  std::memcpy(destination, source, bytes);
-#endif
-}
 
 Result<std::unique_ptr<SaveSnapshot>> SaveSnapshot::reserve(const plan::RankPlan &plan,
                                                              unsigned threads, bool hugePages,

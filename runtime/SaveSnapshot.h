@@ -21,14 +21,6 @@
 namespace fsdp {
 namespace runtime {
 
-/// memcpy with non-temporal stores where the CPU has them: the destination
-/// goes to memory without being read into the cache first (what a plain
-/// store does), as glibc does only for copies above its threshold (192 MiB
-/// on this project's build machine). A snapshot is not read again until the
-/// background write, so its 64 MiB pieces copied with plain stores moved
-/// 1.5x the bytes: 0.27-0.30 s against 0.16-0.18 s for 1.87 GB.
-void copyBypassingCache(void *destination, const void *source, uint64_t bytes);
-
 class SaveSnapshot {
 public:
   /// Host memory for every buffer that `plan` saves from (not the others),

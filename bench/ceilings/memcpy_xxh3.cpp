@@ -2,27 +2,29 @@
 //
 // A warm load copies each item from the page cache into the buffers and
 // checks its xxh3; nothing can do less. This program times that, block by
-// block, each block hashed right after its copy (while it is in cache):
+// block, each block hashed right after its copy, from its source (in cache
+// after the copy, whichever way it copied):
 //
-//   fsdp-bench-memcpy-xxh3 [--block KIB] BYTES THREADS
+//   fsdp-bench-memcpy-xxh3 [--block KIB] [--stream] BYTES THREADS
 //     BYTES copied from one buffer of its own into another by THREADS
-//     threads: memory to memory.
+//     threads: memory to memory, by memcpy or, with --stream, with
+//     streaming stores (which write to memory without reading each
+//     destination line first; a load's copies out of the page cache).
 //   fsdp-bench-memcpy-xxh3 [--block KIB] --pread FILE THREADS
 //     FILE (in the page cache) read by pread into a buffer: the kernel's
-//     copy out of the cache instead of memcpy.
-//   fsdp-bench-memcpy-xxh3 [--block KIB] --mmap FILE THREADS
-//     FILE (in the page cache) mapped whole and copied out with memcpy, as a
-//     load copies a cached range: the faults that map the cache's pages
-//     count, which a copy between buffers does not pay.
-//   fsdp-bench-memcpy-xxh3 [--block KIB] --cast ELEMENTS BYTES THREADS
+//     copy out of the cache instead of memcpy (the copy is hashed).
+//   fsdp-bench-memcpy-xxh3 [--block KIB] [--stream] --mmap FILE THREADS
+//     FILE (in the page cache) mapped whole and copied out, as a load
+//     copies a cached range: the faults that map the cache's pages count,
+//     which a copy between buffers does not pay.
+//   fsdp-bench-memcpy-xxh3 [--block KIB] [--stream] --cast ELEMENTS BYTES THREADS
 //     as the first, and the first ELEMENTS float32 also cast to bfloat16
 //     into a third buffer as they are copied, by the runtime's own copying
 //     cast: the warm load's work with its model-weight refresh, which
 //     casts each main-weight block as it copies it. Not a bar.
-//   fsdp-bench-memcpy-xxh3 [--block KIB] --stream BYTES THREADS
-//     BYTES copied block by block with streaming stores (which write to
-//     memory without reading each destination line first) and not hashed:
-//     an async save's capture, the stall's ceiling beside one memcpy.
+//   fsdp-bench-memcpy-xxh3 [--block KIB] --stream --no-hash BYTES THREADS
+//     the copy alone: an async save's capture, the stall's ceiling beside
+//     one memcpy.
 //
 // Blocks are 1 MiB unless --block says otherwise; bench/checkpoint.py takes
 // the fastest of several sizes (smaller blocks stay in a core's cache). Every
@@ -38,8 +40,6 @@
 #include "fsdp/Format/IntegrityIndex.h"
 #include "fsdp/Runtime/Cast.h"
 #include "fsdp/Runtime/MemoryBackend.h"
-// The capture's own copy, without the rest of an async save.
-#include "../../runtime/SaveSnapshot.h"
 
 #include <CLI/CLI.hpp>
 
@@ -88,11 +88,9 @@ int main(int argc, char **argv) {
   auto *cast_ = app.add_option("--cast", castElements, "Float32 elements also cast to bfloat16")
                    ->excludes(pread)
                    ->excludes(map);
-  bool stream = false;
-  app.add_flag("--stream", stream, "Copy with streaming stores, without hashing")
-      ->excludes(pread)
-      ->excludes(map)
-      ->excludes(cast_);
+  bool stream = false, noHash = false;
+  app.add_flag("--stream", stream, "Copy with streaming stores")->excludes(pread);
+  app.add_flag("--no-hash", noHash, "Copy without hashing")->excludes(pread)->excludes(cast_);
   app.add_option("numbers", numbers, "BYTES THREADS, or THREADS alone with a file")->required();
   CLI11_PARSE(app, argc, argv);
   bool viaMapping = !mapped.empty();
@@ -155,26 +153,30 @@ int main(int argc, char **argv) {
       for (uint64_t at; (at = next.fetch_add(block)) < bytes;) {
         uint64_t count = std::min(block, bytes - at);
         char *landed = destination.get() + at;
-        if (mapping) {
-          std::memcpy(landed, mapping + at, count);
-        } else if (fromFile) {
+        // pread: the copy is hashed (the source is the kernel's).
+        const char *from = mapping ? mapping + at : fromFile ? landed : source.get() + at;
+        auto copy = [&](char *to, const char *start, uint64_t size) {
+          if (stream)
+            fsdp::runtime::copyBypassingCache(to, start, size);
+          else
+            std::memcpy(to, start, size);
+        };
+        if (fromFile && !mapping) {
           if (::pread(fd, landed, count, static_cast<off_t>(at)) != static_cast<ssize_t>(count))
             failed = true;
-        } else if (stream) {
-          fsdp::runtime::copyBypassingCache(landed, source.get() + at, count);
-          continue;
         } else {
           // The block's part among the first ELEMENTS is cast as it is copied.
           uint64_t castBytes =
               at / 4 < castElements ? std::min(count / 4, castElements - at / 4) * 4 : 0;
           if (castBytes &&
               !fsdp::runtime::copyAndCastElements(
-                  fsdp::dcp::DType::Float32, source.get() + at, landed, fsdp::dcp::DType::BFloat16,
+                  fsdp::dcp::DType::Float32, from, landed, fsdp::dcp::DType::BFloat16,
                   reinterpret_cast<uint16_t *>(cast.get()) + at / 4, castBytes / 4))
             failed = true;
-          std::memcpy(landed + castBytes, source.get() + at + castBytes, count - castBytes);
+          copy(landed + castBytes, from + castBytes, count - castBytes);
         }
-        digest ^= fsdp::integrity::xxh3(landed, count);
+        if (!noHash)
+          digest ^= fsdp::integrity::xxh3(from, count);
       }
       sink ^= digest;
     });

@@ -11,6 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "fsdp/Runtime/Cast.h"
 #include "../../runtime/SaveSnapshot.h"
 #include "../../runtime/WriteQueue.h"
 #include "ForwardingStorage.h"

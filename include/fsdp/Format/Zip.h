@@ -117,7 +117,8 @@ public:
     return false;
   }
   /// Called with each block of a streamed read, in order: its position
-  /// from the start of the read, its bytes (valid during the call), its size.
+  /// from the start of the read, its bytes (valid during the call: those
+  /// that landed, or the source's that were copied there), its size.
   using BlockConsumer = std::function<Status(uint64_t at, const char *bytes, size_t size)>;
   /// Copies `size` bytes from `from` to `to` (which do not overlap), doing
   /// more in the same pass where its caller wants (a load casts a main

@@ -17,6 +17,16 @@
 namespace fsdp {
 namespace runtime {
 
+/// memcpy with non-temporal stores where the CPU has them: the destination
+/// goes to memory without being read into the cache first (what a plain
+/// store does), as glibc does only for copies above its threshold (192 MiB
+/// on this project's build machine); the source stays in cache. For copies
+/// whose destination is not read again soon: an async save's snapshot (its
+/// 64 MiB pieces copied with plain stores moved 1.5x the bytes: 0.27-0.30 s
+/// against 0.16-0.18 s for 1.87 GB) and a warm load's blocks out of the page
+/// cache (each hashed from its source, still in cache, after the copy).
+void copyBypassingCache(void *destination, const void *source, uint64_t bytes);
+
 /// f32 -> bf16 / f16 with round-to-nearest-even, as PyTorch's `.to()` does
 /// (NaN stays NaN, overflow goes to infinity).
 uint16_t floatToBFloat16(float value);
