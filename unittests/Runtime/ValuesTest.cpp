@@ -602,18 +602,24 @@ TEST(Values, VectorCastsEqualTheScalarOnesBitForBit) {
         // The copying cast: the same bf16, and the source's bytes copied,
         // into outputs at the start, an odd byte, and even offsets up to the
         // end of a 64-byte line (its vector stores stream from the first
-        // aligned line on; an odd address never streams).
+        // aligned line on; an odd address never streams), and copies at
+        // the start of a line, or off it (the copy streams where its lines
+        // line up with the output's).
         for (size_t outAt : {0, 1, 2, 30, 62}) {
-          SCOPED_TRACE(outAt);
-          std::vector<unsigned char> castAsCopied(2 * n + 128, 0xee);
-          unsigned char *lineStart = castAsCopied.data() + (64 - reinterpret_cast<uintptr_t>(
-                                                                     castAsCopied.data()) % 64);
-          std::vector<float> copy(n + 1, 7.0f);
-          kernel.copyToBFloat16(in.data() + start, copy.data(), lineStart + outAt, n);
-          ASSERT_EQ(std::memcmp(lineStart + outAt, bf16.data(), 2 * n), 0);
-          ASSERT_EQ(lineStart[outAt + 2 * n], 0xee); // nothing past the end
-          ASSERT_EQ(std::memcmp(copy.data(), in.data() + start, 4 * n), 0);
-          ASSERT_EQ(copy[n], 7.0f);
+          for (size_t copyAt : {0, 4, 32, 60}) {
+            SCOPED_TRACE(std::to_string(outAt) + " " + std::to_string(copyAt));
+            auto lineIn = [](std::vector<unsigned char> &bytes) {
+              return bytes.data() + (64 - reinterpret_cast<uintptr_t>(bytes.data()) % 64);
+            };
+            std::vector<unsigned char> castAsCopied(2 * n + 128, 0xee), copied(4 * n + 128, 0xdd);
+            unsigned char *out = lineIn(castAsCopied) + outAt, *copy = lineIn(copied) + copyAt;
+            kernel.copyToBFloat16(in.data() + start, copy, out, n);
+            ASSERT_EQ(std::memcmp(out, bf16.data(), 2 * n), 0);
+            ASSERT_EQ(out[2 * n], 0xee); // nothing past the end
+            ASSERT_EQ(std::memcmp(copy, in.data() + start, 4 * n), 0);
+            ASSERT_EQ(copy[4 * n], 0xdd);
+            ASSERT_EQ(copy[-1], 0xdd); // nor before the start
+          }
         }
       }
     }
