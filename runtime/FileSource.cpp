@@ -268,16 +268,16 @@ struct AioLease {
 constexpr uint64_t kMappedReadMinimum = uint64_t(1) << 20;
 
 // A mapped page past the end of a file that shrank after it was mapped
-// raises SIGBUS where pread would return short. A guarded copy turns that
-// into an error: its thread's jump is set while it copies, and the handler
+// raises SIGBUS where pread would return short. A guarded access turns that
+// into an error: its thread's jump is set while it copies and hashes, and the handler
 // (installed once, ahead of whatever handler was there, which it calls for
 // every other SIGBUS) jumps back.
-thread_local sigjmp_buf *guardedCopyJump = nullptr;
+thread_local sigjmp_buf *guardedAccessJump = nullptr;
 struct sigaction previousBusAction;
 
 void onBusError(int signal, siginfo_t *info, void *context) {
-  if (guardedCopyJump)
-    siglongjmp(*guardedCopyJump, 1);
+  if (guardedAccessJump)
+    siglongjmp(*guardedAccessJump, 1);
   if (previousBusAction.sa_flags & SA_SIGINFO) {
     previousBusAction.sa_sigaction(signal, info, context);
   } else if (previousBusAction.sa_handler != SIG_DFL && previousBusAction.sa_handler != SIG_IGN) {
@@ -317,20 +317,20 @@ bool guardedAccess(const std::function<void()> &access) {
   // jump's landing unblocks it. It was unblocked before: a SIGBUS raised by
   // an access while blocked ends the process, handler or not.
   if (sigsetjmp(jump, 0)) {
-    guardedCopyJump = nullptr;
+    guardedAccessJump = nullptr;
     sigset_t bus;
     sigemptyset(&bus);
     sigaddset(&bus, SIGBUS);
     ::pthread_sigmask(SIG_UNBLOCK, &bus, nullptr);
     return false;
   }
-  guardedCopyJump = &jump;
+  guardedAccessJump = &jump;
   // The handler reads the jump: the fences keep the compiler from moving
   // (or dropping) the stores across the access.
   std::atomic_signal_fence(std::memory_order_seq_cst);
   access();
   std::atomic_signal_fence(std::memory_order_seq_cst);
-  guardedCopyJump = nullptr;
+  guardedAccessJump = nullptr;
   return true;
 }
 
