@@ -86,8 +86,7 @@ int main(int argc, char **argv) {
   auto *map = app.add_option("--mmap", mapped, "Copy out of a mapping of this cached file")
                   ->excludes(pread);
   auto *cast_ = app.add_option("--cast", castElements, "Float32 elements also cast to bfloat16")
-                   ->excludes(pread)
-                   ->excludes(map);
+                   ->excludes(pread);
   bool stream = false, noHash = false;
   app.add_flag("--stream", stream, "Copy with streaming stores")->excludes(pread);
   app.add_flag("--no-hash", noHash, "Copy without hashing")->excludes(pread)->excludes(cast_);

@@ -3,9 +3,10 @@
 #include "fsdp/Format/Limits.h"
 #include "fsdp/Support/LittleEndian.h"
 
-#include <xxhash.h>
+#include "Xxh3Kernels.h"
 
 #include <cstring>
+#include <new>
 
 namespace fsdp {
 namespace integrity {
@@ -60,17 +61,58 @@ private:
 };
 } // namespace
 
-uint64_t xxh3(const void *data, size_t size) { return XXH3_64bits(data, size); }
-
-StreamingXxh3::StreamingXxh3() : state_(XXH3_createState()) {
-  XXH3_64bits_reset(static_cast<XXH3_state_t *>(state_));
+namespace {
+std::vector<const FsdpXxh3Kernels *> runnableKernels() {
+  std::vector<const FsdpXxh3Kernels *> kernels = {&fsdpXxh3Baseline};
+#if defined(__x86_64__) && defined(FSDP_XXH3_X86_KERNELS)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2"))
+    kernels.push_back(&fsdpXxh3Avx2);
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw"))
+    kernels.push_back(&fsdpXxh3Avx512);
+#endif
+  return kernels;
 }
-StreamingXxh3::~StreamingXxh3() { XXH3_freeState(static_cast<XXH3_state_t *>(state_)); }
+
+const FsdpXxh3Kernels &widestKernels() {
+  static const FsdpXxh3Kernels *widest = runnableKernels().back();
+  return *widest;
+}
+
+const FsdpXxh3Kernels &kernelsNamed(const std::string &name) {
+  if (name.empty())
+    return widestKernels();
+  for (const FsdpXxh3Kernels *kernels : runnableKernels())
+    if (name == kernels->name)
+      return *kernels;
+  return fsdpXxh3Baseline; // a name this CPU does not run: the one every CPU runs
+}
+} // namespace
+
+uint64_t xxh3(const void *data, size_t size) { return widestKernels().hash(data, size); }
+
+std::vector<std::string> runnableXxh3Kernels() {
+  std::vector<std::string> names;
+  for (const FsdpXxh3Kernels *kernels : runnableKernels())
+    names.push_back(kernels->name);
+  return names;
+}
+
+uint64_t xxh3By(const std::string &kernel, const void *data, size_t size) {
+  return kernelsNamed(kernel).hash(data, size);
+}
+
+StreamingXxh3::StreamingXxh3(const std::string &kernel)
+    : kernels_(&kernelsNamed(kernel)), state_(kernels_->createState()) {
+  if (!state_)
+    throw std::bad_alloc();
+}
+StreamingXxh3::~StreamingXxh3() { kernels_->freeState(state_); }
 void StreamingXxh3::update(const void *data, size_t size) {
-  XXH3_64bits_update(static_cast<XXH3_state_t *>(state_), data, size);
+  kernels_->update(state_, data, size);
 }
 uint64_t StreamingXxh3::digest() const {
-  return XXH3_64bits_digest(static_cast<XXH3_state_t *>(state_));
+  return kernels_->digest(state_);
 }
 
 std::string serializeIndex(const IntegrityIndex &index) {

@@ -2,6 +2,7 @@
 #include "fsdp/Format/IntegrityIndex.h"
 
 #include <gtest/gtest.h>
+#include <xxhash.h> // the system's library, built apart from ours
 
 #include <random>
 
@@ -37,6 +38,46 @@ TEST(IntegrityIndex, StreamingMatchesOneShot) {
   for (size_t at = 0; at < data.size(); at += 4096)
     stream.update(data.data() + at, std::min<size_t>(4096, data.size() - at));
   EXPECT_EQ(stream.digest(), xxh3(data.data(), data.size()));
+}
+
+// Each build of xxHash's code (baseline, AVX2, AVX-512: those this CPU runs)
+// gives the system library's values, one-shot and streamed in uneven
+// pieces, over every length class XXH3 treats apart (0, 1-3, 4-8, 9-16,
+// 17-128, 129-240, longer: stripes, blocks of 1 KiB, a partial last one).
+TEST(IntegrityIndex, EveryXxh3BuildAgrees) {
+  std::vector<std::string> kernels = runnableXxh3Kernels();
+  ASSERT_FALSE(kernels.empty());
+  EXPECT_EQ(kernels.front(), "baseline");
+  // Known values of XXH3_64bits (seed 0): the empty input and "a".
+  for (const std::string &kernel : kernels) {
+    EXPECT_EQ(xxh3By(kernel, "", 0), 0x2d06800538d394c2ull) << kernel;
+    EXPECT_EQ(xxh3By(kernel, "a", 1), 0xe6c632b61e964e1full) << kernel;
+  }
+  std::mt19937_64 random(7);
+  std::string data(3 << 20, '\0');
+  for (char &byte : data)
+    byte = static_cast<char>(random());
+  std::vector<size_t> lengths = {0, 1, 3, 4, 8, 9, 16, 17, 128, 129, 240, 241, 1024, 1025, 65536,
+                                 (1u << 20) + 7, data.size()};
+  for (int i = 0; i < 40; ++i)
+    lengths.push_back(random() % data.size());
+  for (size_t length : lengths) {
+    // Not from the start of the buffer: the kernels read unaligned input.
+    size_t from = (data.size() - length) ? random() % (data.size() - length) : 0;
+    const char *at = data.data() + from;
+    uint64_t expected = XXH3_64bits(at, length);
+    for (const std::string &kernel : kernels) {
+      EXPECT_EQ(xxh3By(kernel, at, length), expected) << kernel << ", " << length << " bytes";
+      StreamingXxh3 stream(kernel);
+      for (size_t done = 0; done < length;) {
+        size_t piece = std::min<size_t>(length - done, 1 + random() % 300000);
+        stream.update(at + done, piece);
+        done += piece;
+      }
+      EXPECT_EQ(stream.digest(), expected) << kernel << ", " << length << " bytes streamed";
+    }
+    EXPECT_EQ(xxh3(at, length), expected) << length << " bytes";
+  }
 }
 
 // Every flipped bit and every truncation is detected: the trailing checksum

@@ -24,6 +24,8 @@
 #include <string_view>
 #include <vector>
 
+struct FsdpXxh3Kernels; // lib/Format/Xxh3Kernels.h
+
 namespace fsdp {
 namespace integrity {
 
@@ -54,11 +56,19 @@ struct IntegrityIndex {
   }
 };
 
-/// xxh3-64 of a byte range, and a streaming form for data written in pieces.
+/// xxh3-64 of a byte range, and a streaming form for data written in pieces,
+/// by the build of xxHash's code with the widest vectors this CPU runs.
 uint64_t xxh3(const void *data, size_t size);
+/// The builds this CPU runs, by name ("baseline" first, the one used last);
+/// every one gives the same values.
+std::vector<std::string> runnableXxh3Kernels();
+/// xxh3-64 by the named build (one of runnableXxh3Kernels()): for tests.
+uint64_t xxh3By(const std::string &kernel, const void *data, size_t size);
+
 class StreamingXxh3 {
 public:
-  StreamingXxh3();
+  /// By the named build (one of runnableXxh3Kernels()); empty: the widest.
+  explicit StreamingXxh3(const std::string &kernel = "");
   ~StreamingXxh3();
   StreamingXxh3(const StreamingXxh3 &) = delete;
   StreamingXxh3 &operator=(const StreamingXxh3 &) = delete;
@@ -66,6 +76,7 @@ public:
   uint64_t digest() const;
 
 private:
+  const FsdpXxh3Kernels *kernels_;
   void *state_;
 };
 
