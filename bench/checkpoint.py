@@ -28,16 +28,18 @@ ceiling first:
              files from a dropped cache; beside
              it, not a bar, the same load reading through the page cache
              (--buffered-io);
-  load warm  the load with every file in the page cache against the fastest
-             copy and xxh3 of every byte, block by block (fsdp-bench-memcpy-xxh3:
-             memcpy between buffers in huge pages in 256 KiB, 1 MiB and 8 MiB
-             blocks, copies with streaming stores in 256 KiB and 1 MiB, pread
-             of the cached files in 256 KiB and 1 MiB, memcpy and streaming
-             copies out of a mapping of each cached file; what a checked load
-             cannot skip);
-             beside it, not a bar, the same with the bf16 cast of each rank's
-             main weights, block by block as they land, that refreshes its model
-             weights, as the load does;
+  load warm  the load with every file in the page cache, as run by default (it
+             also refreshes the bf16 model weights from the main weights it
+             reads) and with --no-sync-model-weights, each against the fastest
+             way to do the same work: the latter, the fastest copy and xxh3 of
+             every byte, block by block (fsdp-bench-memcpy-xxh3: memcpy between
+             buffers in huge pages in 256 KiB, 1 MiB and 8 MiB blocks, copies
+             with streaming stores in 256 KiB and 1 MiB, pread of the cached
+             files in 256 KiB and 1 MiB, memcpy and streaming copies out of a
+             mapping of each cached file; what a checked load cannot skip); the
+             former, the same but pread with each block of each rank's main
+             weights also cast to bfloat16 as it lands; each of these runs, ours
+             included, the median of WARM_PASSES in turn;
   save stall an async save's stall against the faster of one memcpy of each rank's bytes
              and a copy of them with streaming stores on the save's threads.
 The ceilings that run a process per rank time them from one start, as the
@@ -49,6 +51,7 @@ summary.
 usage: bench/checkpoint.py [--build DIR] [--rounds N] [--workdir DIR] [--threads 1,2]
 """
 import argparse
+import functools
 import json
 import os
 import re
@@ -269,18 +272,52 @@ WARM_METHODS = {
 
 def memcpy_xxh3_seconds(tool, sizes, threads, method, files, casts=None):
     """Seconds of one WARM_METHODS method over every rank's bytes, the ranks at once (a pread
-    method reads `files`, one per rank, from the page cache). With `casts`: each block of
-    that many of each rank's float32 elements also cast to bfloat16 as it lands."""
+    or mmap method reads `files`, one per rank, from the page cache). With `casts`: each block
+    of that many of each rank's float32 elements also cast to bfloat16 as it lands."""
+    cast = [["--cast", str(casts[rank])] if casts else [] for rank in range(len(files))]
     if "--pread" in method or "--mmap" in method:
-        return run_together([[tool] + method + [f, str(threads)] for f in files])
-    return run_together([[tool] + method + (["--cast", str(casts[rank])] if casts else []) +
-                         [str(size), str(threads)] for rank, size in enumerate(sizes)])
+        return run_together([[tool] + cast[rank] + method + [f, str(threads)]
+                             for rank, f in enumerate(files)])
+    return run_together([[tool] + cast[rank] + method + [str(size), str(threads)]
+                         for rank, size in enumerate(sizes)])
 
 
-def warm_methods(tool, sizes, threads, files):
-    """{method: seconds} of every WARM_METHODS method."""
-    return {name: memcpy_xxh3_seconds(tool, sizes, threads, method, files)
-            for name, method in WARM_METHODS.items()}
+# Each warm run, ours and every method's, is made this many times a round, in turn (the
+# direction alternating), and counts by its median. On this VM one run of a copy bound by
+# memory took up to 2x another of the same program (the host reclaims the memory a run
+# frees while the next one copies: page_reporting), whichever program, so one run a
+# round decided the figure by that alone.
+WARM_PASSES = 3
+# The name of a WARM_METHODS method that also casts the main weights.
+CAST = " + bf16 cast"
+
+
+def warm_figures(ckpt, plan, ckdir, tool, sizes, files, casts, threads, ours_first):
+    """The round's two warm figures (against(...)): the load as run by default, which also
+    refreshes the bf16 model weights from the main weights it reads, against the same copy
+    and xxh3 of every byte with the cast of the main weights as they land; and the load
+    without that refresh (--no-sync-model-weights) against the copy and xxh3 alone."""
+    def load(*extra):
+        return lambda: reported_seconds(MPIRUN + ["-np", "2", ckpt, "load", "--plan", plan,
+                                                  "--dir", ckdir, "--threads", str(threads),
+                                                  *extra])
+    runs = {"ours": load(), "ours, no refresh": load("--no-sync-model-weights")}
+    for name, method in WARM_METHODS.items():
+        runs[name] = functools.partial(memcpy_xxh3_seconds, tool, sizes, threads, method, files)
+        if "--pread" not in method:  # the kernel's copy cannot cast
+            runs[name + CAST] = functools.partial(memcpy_xxh3_seconds, tool, sizes, threads,
+                                                  method, files, casts)
+    order = list(runs) if ours_first else list(runs)[::-1]
+    times = {name: [] for name in runs}
+    for done in range(WARM_PASSES):
+        for name in order if done % 2 == 0 else order[::-1]:
+            times[name].append(runs[name]())
+    median = {name: statistics.median(seconds) for name, seconds in times.items()}
+    total = sum(sizes)
+    copies = {name: median[name] for name in WARM_METHODS}
+    with_cast = {name: median[name] for name in median if name.endswith(CAST)}
+    return {"load_warm": against(median["ours"], with_cast, total),
+            "load_warm_no_refresh": against(median["ours, no refresh"], copies, total)}
 
 
 def cast_elements_per_rank(translate, lowered):
@@ -388,32 +425,13 @@ def round_trip(tools, plan, casts, ckdir, work, threads, ours_first=True):
     figures["load_cold"] = against(t_cold, reads, total)
     # Beside it (not a bar): the same cold load reading through the page cache.
     figures["load_cold_buffered"] = against(cold_load("--buffered-io"), reads, total)
-    # Warm load: every byte copied from the page cache and checked, nothing less. warm_cache
+    # Warm loads: every byte copied from the page cache and checked, nothing less. warm_cache
     # refills the cache from nothing: pages the buffered load above brought in through
     # posix_fadvise(WILLNEED) are small folios, and warm loads from them ran 30% slower
     # (4.3-4.7 against 5.0-6.7 GB/s) than from pages read in by plain reads.
     warm_cache(every_file)
-    tool = os.path.join(tools, "fsdp-bench-memcpy-xxh3")
-
-    def warm_load():
-        return reported_seconds(MPIRUN + ["-np", "2", ckpt, "load", "--plan", plan, "--dir",
-                                          ckdir, "--threads", str(threads)])
-    if ours_first:
-        t_warm = warm_load()
-        copies = warm_methods(tool, sizes, threads, files)
-    else:
-        copies = warm_methods(tool, sizes, threads, files)
-        t_warm = warm_load()
-    figures["load_warm"] = against(t_warm, copies, total)
-    copy_method = figures["load_warm"][3]
-    # Beside it (not a bar), the same with the load's model-weight refresh: each block of the
-    # main weights cast to bf16 as it lands, in the fastest method's blocks and copies, between
-    # buffers.
-    between_buffers = [a for a in WARM_METHODS[copy_method] if a not in ("--pread", "--mmap")]
-    t_cast = memcpy_xxh3_seconds(tool, sizes, threads, between_buffers, files, casts=casts)
-    copy = "streaming copy" if "--stream" in between_buffers else "memcpy"
-    figures["load_warm_cast"] = (t_warm, t_cast, total,
-                                 f"{copy} + xxh3 + the bf16 cast of the main weights", None)
+    figures.update(warm_figures(ckpt, plan, ckdir, os.path.join(tools, "fsdp-bench-memcpy-xxh3"),
+                                sizes, files, casts, threads, ours_first))
     stall, (t_copy, copy) = measure_stall(ckpt, plan, ckdir, work, threads)
     figures["save_stall"] = (stall, t_copy, None, copy, None)
     return figures
@@ -452,7 +470,7 @@ def main():
                       for i in range(args.rounds)]
             summary.append(f"  {threads} thread{'s' if threads > 1 else ''} per rank:")
             for figure in ("save", "load_cold", "load_cold_buffered", "load_warm",
-                           "load_warm_cast", "save_stall"):
+                           "load_warm_no_refresh", "save_stall"):
                 samples = [r[figure] for r in rounds]
                 ratios = [ceiling / ours for ours, ceiling, *_ in samples]
                 ratio = statistics.median(ratios)
@@ -461,6 +479,8 @@ def main():
                 variant = None
                 if figure == "load_cold_buffered":
                     cache, variant = "cold", "--buffered-io"
+                if figure == "load_warm_no_refresh":
+                    cache, variant = "warm", "--no-sync-model-weights"
                 if figure == "save_stall":
                     ours = statistics.median(s[0] for s in samples)
                     ref = statistics.median(s[1] for s in samples)
@@ -475,15 +495,6 @@ def main():
                 total = samples[0][2]
                 ours = statistics.median(total / s[0] / 1e9 for s in samples)
                 ref = statistics.median(total / s[1] / 1e9 for s in samples)
-                if figure == "load_warm_cast":
-                    emit("load", ours, ref, ratio, vs="reference", threads=threads, cache="warm",
-                         min=round(min(ratios), 3), max=round(max(ratios), 3), rounds=len(ratios),
-                         reference=" / ".join(methods))
-                    summary.append(f"    {'':10s} {ref:.2f} GB/s for {' / '.join(methods)} "
-                                   "(the load's "
-                                   "work with its model-weight refresh; not a bar): ratio "
-                                   f"{ratio:.2f} ({min(ratios):.2f}-{max(ratios):.2f})")
-                    continue
                 # Beside it: against the one method that is fastest over the rounds (the
                 # median of its per-round ratios, the lowest of any method's). The fastest
                 # method of each round is also the one whose noise ran fastest that round,
@@ -496,11 +507,11 @@ def main():
                      min=round(min(ratios), 3), max=round(max(ratios), 3), rounds=len(ratios),
                      ceiling=" / ".join(methods), best_method=best,
                      ratio_best_method=round(by_method[best], 3))
-                label = "  --buffered-io" if variant else f"{figure:10s}"
+                label = f"  {variant}" if variant else f"{figure:10s}"
+                bar = "not a bar" if figure == "load_cold_buffered" else "bar 0.9"
                 summary.append(f"    {label} {ours:.2f} GB/s vs {ref:.2f} GB/s "
                                f"({' / '.join(methods)}): ratio {ratio:.2f} "
-                               f"({min(ratios):.2f}-{max(ratios):.2f}"
-                               f"{'; not a bar' if variant else '; bar 0.9'}); against "
+                               f"({min(ratios):.2f}-{max(ratios):.2f}; {bar}); against "
                                f"{best} alone {by_method[best]:.2f}")
         print(f"\nsummary: {total / 1e9:.2f} GB checkpoint over 2 ranks, {args.rounds} rounds, ours "
               "and its ceiling in turn; medians (min-max of the per-round ratios)")
@@ -511,11 +522,15 @@ def main():
               "fastest of the same "
               "methods and deeper ones (2 and 4 jobs per file at queue depth 16, io_uring at 32; 16 and 32 threads a file into huge pages; "
               "kernel AIO into huge pages, as the load reads, without its checks) "
-              "reading the checkpoint's own files after the cache is dropped; warm load, "
+              "reading the checkpoint's own files after the cache is dropped; warm load "
+              "(--no-sync-model-weights), "
               "the fastest copy and xxh3 of every byte (memcpy between buffers in huge pages "
               "in 256 KiB, 1 MiB and 8 MiB blocks, streaming copies in 256 KiB and 1 MiB, "
               "pread of the cached files in 256 KiB and 1 MiB, memcpy and streaming copies "
               "out of a mapping of each cached file: what a checked load cannot skip); "
+              "warm load as run by default, the fastest of the same but pread with each "
+              "block of main weights also cast to the bf16 model weights, as the load "
+              f"refreshes them; each warm run the median of {WARM_PASSES} in turn; "
               "async stall, the faster of one memcpy of each rank's bytes and "
               "a copy of them in 64 MiB blocks with streaming stores on the save's threads")
     finally:
