@@ -18,10 +18,12 @@
 //     copies a cached range: the faults that map the cache's pages count,
 //     which a copy between buffers does not pay.
 //   fsdp-bench-memcpy-xxh3 [--block KIB] [--stream] --cast ELEMENTS BYTES THREADS
-//     as the first, and the first ELEMENTS float32 also cast to bfloat16
-//     into a third buffer as they are copied, by the runtime's own copying
-//     cast: the warm load's work with its model-weight refresh, which
-//     casts each main-weight block as it copies it. Not a bar.
+//   fsdp-bench-memcpy-xxh3 [--block KIB] [--stream] --cast ELEMENTS --mmap FILE THREADS
+//     as the first or the third, and the first ELEMENTS float32 also cast
+//     to bfloat16 into a buffer of their own as they are copied, by the
+//     runtime's own copying cast: the warm load's work with its
+//     model-weight refresh, which casts each main-weight block as it
+//     copies it.
 //   fsdp-bench-memcpy-xxh3 [--block KIB] --stream --no-hash BYTES THREADS
 //     the copy alone: an async save's capture, the stall's ceiling beside
 //     one memcpy.
