@@ -284,9 +284,9 @@ def memcpy_xxh3_seconds(tool, sizes, threads, method, files, casts=None):
 
 # Each warm run, ours and every method's, is made this many times a round, in turn (the
 # direction alternating), and counts by its median. On this VM one run of a copy bound by
-# memory took up to 2x another of the same program (the host reclaims the memory a run
-# frees while the next one copies: page_reporting), whichever program, so one run a
-# round decided the figure by that alone.
+# memory took up to 2x another of the same program, whichever program (the slow ones came
+# while the host was being handed back the memory the run before had freed: page_reporting),
+# so one run a round could decide the figure by that alone.
 WARM_PASSES = 3
 # The name of a WARM_METHODS method that also casts the main weights.
 CAST = " + bf16 cast"
