@@ -59,9 +59,7 @@ private:
   std::string_view bytes_;
   size_t pos_ = 0;
 };
-} // namespace
 
-namespace {
 std::vector<const FsdpXxh3Kernels *> runnableKernels() {
   std::vector<const FsdpXxh3Kernels *> kernels = {&fsdpXxh3Baseline};
 #if defined(__x86_64__) && defined(FSDP_XXH3_X86_KERNELS)
