@@ -43,7 +43,8 @@ ceiling first:
   save stall an async save's stall against the faster of one memcpy of each rank's bytes
              and a copy of them with streaming stores on the save's threads.
 The ceilings that run a process per rank time them from one start, as the
-ranks start together (each says "ready" and waits for the signal).
+ranks start together (each says "ready" and waits for the signal), each
+process on the CPUs mpirun gives its rank.
 The peers (PyTorch DCP, torch-checkpointing) run beside ours in
 bench/peers.py (`bench/run peers`). Prints one JSON line per figure, then a
 summary.
@@ -231,12 +232,33 @@ def best_fio(rw, files, sizes, cold_files=None):
     return fastest(fio_methods(rw, files, sizes, cold_files))
 
 
+@functools.lru_cache(maxsize=None)
+def rank_cpus(ranks):
+    """The CPUs mpirun lets each of `ranks` ranks run on, as it places a save's or load's
+    (for 2 ranks Open MPI binds each to a core of its own)."""
+    probe = ("import os; print(os.environ['OMPI_COMM_WORLD_RANK'], "
+             "*sorted(os.sched_getaffinity(0)))")
+    out = subprocess.run(MPIRUN + ["-np", str(ranks), sys.executable, "-c", probe],
+                         check=True, capture_output=True, text=True).stdout
+    cpus = {int(rank): frozenset(map(int, rest))
+            for rank, *rest in (line.split() for line in out.splitlines() if line.strip())}
+    if sorted(cpus) != list(range(ranks)):
+        sys.exit(f"bench: mpirun did not report each rank's CPUs: {out}")
+    return tuple(cpus[rank] for rank in range(ranks))
+
+
 def run_together(argvs):
     """The slowest of one process per rank, timed from one start: each sets up, says
     "ready" and waits; all get the start signal at once (as the ranks of a save or load start
-    together), and each prints its seconds."""
-    procs = [subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-             for argv in argvs]
+    together), and each prints its seconds. Each runs on the CPUs mpirun gives its rank: a
+    ceiling gets the machine as the ranks get it. Unbound, a process done first left its core
+    to the other's threads, which no bound rank can take (warm loads by hand, 2 threads, 10
+    interleaved rounds: the load 0.363 s, the copies bound 0.321 s, unbound 0.310 s; 12
+    more: the load's slower rank 0.367 s, the bound copies' slower process 0.358 s)."""
+    cpus = rank_cpus(len(argvs))
+    procs = [subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                              preexec_fn=functools.partial(os.sched_setaffinity, 0, cpus[rank]))
+             for rank, argv in enumerate(argvs)]
     for p in procs:
         if p.stdout.readline().strip() != "ready":
             sys.exit(f"bench: {' '.join(argvs[0])} did not get ready")
@@ -532,7 +554,8 @@ def main():
               "block of main weights also cast to the bf16 model weights, as the load "
               f"refreshes them; each warm run the median of {WARM_PASSES} in turn; "
               "async stall, the faster of one memcpy of each rank's bytes and "
-              "a copy of them in 64 MiB blocks with streaming stores on the save's threads")
+              "a copy of them in 64 MiB blocks with streaming stores on the save's threads; "
+              "the warm and stall ceilings run a process per rank, each on its rank's CPUs")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
