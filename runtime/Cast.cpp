@@ -113,6 +113,52 @@ void copyThenCast(const void *in, void *copy, void *out, uint64_t count, uint64_
 void copyFloatToBFloat16Baseline(const void *in, void *copy, void *out, uint64_t count) {
   copyThenCast(in, copy, out, count, 4, 2, floatToBFloat16Baseline);
 }
+/// The streaming copy (copyBypassingCache) with `Vector`s: the destination's
+/// unaligned head copied plainly, then whole 64-byte lines streamed, four
+/// 4 KiB runs at a time, a line of each in turn, then the tail plainly. Four
+/// runs keep four streams of reads in flight where one run's reads come one
+/// after another. 1.87 GB a process, two at once, in 64 MiB calls (medians of
+/// 8): AVX-512 0.18 s (0.22 s a line after another), AVX2 0.20 s (0.23),
+/// SSE2 0.23 s (0.26); glibc's memcpy, which streams only above 192 MiB here,
+/// 0.21 s for the 1.87 GB in one call.
+#define FSDP_COPY_STREAMING(attributes, name, Vector, load, stream)                           \
+  attributes void name(void *destination, const void *source, uint64_t bytes) {                \
+    constexpr uint64_t kLine = 64, kRun = 4096, kRuns = 4;                                     \
+    char *to = static_cast<char *>(destination);                                               \
+    const char *from = static_cast<const char *>(source);                                      \
+    if (!bytes)                                                                                \
+      return; /* memcpy may not be handed a null pointer, even for no bytes */                 \
+    uint64_t misaligned = reinterpret_cast<uintptr_t>(to) % kLine;                            \
+    uint64_t at = std::min<uint64_t>(bytes, misaligned ? kLine - misaligned : 0);              \
+    std::memcpy(to, from, at);                                                                 \
+    for (; at + kRuns * kRun <= bytes; at += kRuns * kRun)                                     \
+      for (uint64_t offset = 0; offset < kRun; offset += kLine)                                \
+        for (uint64_t run = at + offset; run < at + kRuns * kRun; run += kRun)                 \
+          for (uint64_t part = run; part < run + kLine; part += sizeof(Vector))                \
+            stream(to + part, load(from + part));                                              \
+    for (; at + kLine <= bytes; at += kLine)                                                   \
+      for (uint64_t part = at; part < at + kLine; part += sizeof(Vector))                      \
+        stream(to + part, load(from + part));                                                  \
+    std::memcpy(to + at, from + at, bytes - at);                                               \
+    _mm_sfence(); /* streaming stores are weakly ordered: visible before the reader reads */    \
+  }
+
+#if defined(__x86_64__)
+// SSE2, which every x86-64 has.
+inline __m128i load128(const char *at) {
+  return _mm_loadu_si128(reinterpret_cast<const __m128i *>(at));
+}
+inline void stream128(char *at, __m128i value) {
+  _mm_stream_si128(reinterpret_cast<__m128i *>(at), value);
+}
+FSDP_COPY_STREAMING(, copyStreamingBaseline, __m128i, load128, stream128)
+#else
+void copyStreamingBaseline(void *destination, const void *source, uint64_t bytes) {
+  if (bytes)
+    std::memcpy(destination, source, bytes);
+}
+#endif
+
 FSDP_HALF_CAST_KERNEL(, Baseline)
 #if FSDP_CAST_HAS_X86_LEVELS
 FSDP_HALF_CAST_KERNEL(__attribute__((target("arch=x86-64-v3"))), X86_64_V3)
@@ -226,6 +272,7 @@ FSDP_AVX2 void floatToBFloat16Avx2(const void *in, void *out, uint64_t count) {
 // copy leaves in cache, not from the copy.
 FSDP_COPY_CAST_STREAMING(FSDP_AVX2, copyFloatToBFloat16Avx2, __m256i, 16, load256, store256,
                          stream256, packBFloat16)
+FSDP_COPY_STREAMING(FSDP_AVX2, copyStreamingAvx2, __m256i, load256, stream256)
 #undef FSDP_AVX2
 
 // The same with AVX-512 (the v4 level): 16 f32 a vector, the NaN test a
@@ -267,9 +314,11 @@ FSDP_AVX512 void floatToBFloat16Avx512(const void *in, void *out, uint64_t count
 
 FSDP_COPY_CAST_STREAMING(FSDP_AVX512, copyFloatToBFloat16Avx512, __m512i, 32, load512,
                          store512, stream512, packBFloat16x32)
+FSDP_COPY_STREAMING(FSDP_AVX512, copyStreamingAvx512, __m512i, load512, stream512)
 #undef FSDP_AVX512
 #undef FSDP_COPY_CAST_STREAMING
 #endif
+#undef FSDP_COPY_STREAMING
 #undef FSDP_HALF_CAST_KERNEL
 
 const FloatCastKernels &bestFloatCastKernels() {
@@ -281,47 +330,24 @@ const FloatCastKernels &bestFloatCastKernels() {
 
 std::vector<FloatCastKernels> runnableFloatCastKernels() {
   std::vector<FloatCastKernels> kernels = {
-      {"baseline", floatToBFloat16Baseline, floatToHalfBaseline, copyFloatToBFloat16Baseline}};
+      {"baseline", floatToBFloat16Baseline, floatToHalfBaseline, copyFloatToBFloat16Baseline,
+       copyStreamingBaseline}};
 #if FSDP_CAST_HAS_X86_LEVELS
   __builtin_cpu_init();
   if (__builtin_cpu_supports("x86-64-v3"))
     kernels.push_back(
-        {"x86-64-v3", floatToBFloat16Avx2, floatToHalfX86_64_V3, copyFloatToBFloat16Avx2});
+        {"x86-64-v3", floatToBFloat16Avx2, floatToHalfX86_64_V3, copyFloatToBFloat16Avx2,
+         copyStreamingAvx2});
   if (__builtin_cpu_supports("x86-64-v4"))
     kernels.push_back(
-        {"x86-64-v4", floatToBFloat16Avx512, floatToHalfX86_64_V4, copyFloatToBFloat16Avx512});
+        {"x86-64-v4", floatToBFloat16Avx512, floatToHalfX86_64_V4, copyFloatToBFloat16Avx512,
+         copyStreamingAvx512});
 #endif
   return kernels;
 }
 
 void copyBypassingCache(void *destination, const void *source, uint64_t bytes) {
-#if defined(__x86_64__)
-  // SSE2, which every x86-64 has: 16-byte streaming stores from an aligned
-  // destination, four to a cache line; the unaligned head and tail by memcpy.
-  constexpr uint64_t kLine = 64;
-  char *to = static_cast<char *>(destination);
-  const char *from = static_cast<const char *>(source);
-  uint64_t misaligned = reinterpret_cast<uintptr_t>(to) % kLine;
-  uint64_t head = std::min<uint64_t>(bytes, misaligned ? kLine - misaligned : 0);
-  if (!bytes)
-    return; // memcpy may not be handed a null pointer, even for no bytes
-  std::memcpy(to, from, head);
-  uint64_t at = head;
-  for (; at + kLine <= bytes; at += kLine) {
-    __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i *>(from + at));
-    __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i *>(from + at + 16));
-    __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i *>(from + at + 32));
-    __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i *>(from + at + 48));
-    _mm_stream_si128(reinterpret_cast<__m128i *>(to + at), a);
-    _mm_stream_si128(reinterpret_cast<__m128i *>(to + at + 16), b);
-    _mm_stream_si128(reinterpret_cast<__m128i *>(to + at + 32), c);
-    _mm_stream_si128(reinterpret_cast<__m128i *>(to + at + 48), d);
-  }
-  std::memcpy(to + at, from + at, bytes - at);
-  _mm_sfence(); // streaming stores are weakly ordered: visible before the writer reads
-#else
-  std::memcpy(destination, source, bytes);
-#endif
+  bestFloatCastKernels().copyStreaming(destination, source, bytes);
 }
 
 uint16_t floatToBFloat16(float value) { return toBFloat16(value); }

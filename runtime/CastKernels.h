@@ -1,7 +1,7 @@
-//===- CastKernels.h - The f32 -> 16-bit cast loops per ISA ----*- C++ -*-===//
+//===- CastKernels.h - The cast and streaming copy loops per ISA -*- C++ -*-===//
 //
-// castElements runs the best of these the CPU supports; the tests run every
-// one of them against the scalar conversions.
+// castElements and copyBypassingCache run the best of these the CPU supports;
+// the tests run every one of them against the scalar conversions and memcpy.
 //
 //===----------------------------------------------------------------------===//
 #ifndef FSDP_RUNTIME_CASTKERNELS_H
@@ -25,6 +25,8 @@ struct FloatCastKernels {
   void (*toHalf)(const void *in, void *out, uint64_t count);
   /// toBFloat16 that also copies the f32 source to `copy` in the same pass.
   void (*copyToBFloat16)(const void *in, void *copy, void *out, uint64_t count);
+  /// copyBypassingCache.
+  void (*copyStreaming)(void *destination, const void *source, uint64_t bytes);
 };
 
 /// The kernels this build has and this CPU runs, the baseline first and the

@@ -12,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "fsdp/Runtime/Cast.h"
+#include "../../runtime/CastKernels.h"
 #include "../../runtime/SaveSnapshot.h"
 #include "../../runtime/WriteQueue.h"
 #include "ForwardingStorage.h"
@@ -91,31 +92,39 @@ void overwriteAfterReturn(const BackendOf &backendOf) {
 
 TEST(AsyncSave, BuffersOverwrittenAfterReturnKeepTheSavedValues) { overwriteAfterReturn({}); }
 
-// The snapshot's copy streams whole cache lines of an aligned destination and
-// copies the head and tail plainly: every byte lands, none outside the range.
+// The snapshot's copy streams whole cache lines of an aligned destination,
+// four 4 KiB runs at a time, and copies the head and tail plainly: every byte
+// lands, none outside the range, in every build of it this CPU runs.
 TEST(AsyncSave, TheSnapshotCopyIsExactAtEveryAlignmentAndLength) {
   constexpr size_t kGuard = 128;
-  for (size_t length : {0, 1, 15, 63, 64, 65, 127, 200, 4096 + 17, (1 << 20) + 3})
-    for (size_t sourceShift : {0, 1, 7})
-      for (size_t destinationShift : {0, 1, 16, 63}) {
-        std::vector<unsigned char> source(length + sourceShift);
-        for (size_t i = 0; i < source.size(); ++i)
-          source[i] = static_cast<unsigned char>(i * 131 + 7);
-        std::vector<unsigned char> destination(kGuard + length + kGuard, 0xAB);
-        // A 64-byte aligned start, then the shift.
-        unsigned char *base =
-            destination.data() + (64 - reinterpret_cast<uintptr_t>(destination.data()) % 64) % 64;
-        ASSERT_LE(base + destinationShift + length, destination.data() + destination.size());
-        copyBypassingCache(base + destinationShift, source.data() + sourceShift, length);
-        for (unsigned char *at = destination.data(); at < destination.data() + destination.size();
-             ++at) {
-          size_t index = static_cast<size_t>(at - (base + destinationShift));
-          bool inside = at >= base + destinationShift && index < length;
-          ASSERT_EQ(*at, inside ? source[sourceShift + index] : 0xAB)
-              << "length " << length << ", source +" << sourceShift << ", destination +"
-              << destinationShift << ", byte " << (at - destination.data());
+  std::vector<std::pair<std::string, void (*)(void *, const void *, uint64_t)>> copies = {
+      {"copyBypassingCache", copyBypassingCache}};
+  for (const FloatCastKernels &kernel : runnableFloatCastKernels())
+    copies.push_back({kernel.isa, kernel.copyStreaming});
+  for (const auto &[name, copy] : copies)
+    for (size_t length : {0, 1, 15, 63, 64, 65, 127, 200, 4096 + 17, 16384, 16384 + 64 + 5,
+                          3 * 16384 + 4096 + 17, (1 << 20) + 3})
+      for (size_t sourceShift : {0, 1, 7})
+        for (size_t destinationShift : {0, 1, 16, 63}) {
+          std::vector<unsigned char> source(length + sourceShift);
+          for (size_t i = 0; i < source.size(); ++i)
+            source[i] = static_cast<unsigned char>(i * 131 + 7 + i / 4096);
+          std::vector<unsigned char> destination(kGuard + length + kGuard, 0xAB);
+          // A 64-byte aligned start, then the shift.
+          unsigned char *base = destination.data() +
+                                (64 - reinterpret_cast<uintptr_t>(destination.data()) % 64) % 64;
+          ASSERT_LE(base + destinationShift + length, destination.data() + destination.size());
+          copy(base + destinationShift, source.data() + sourceShift, length);
+          for (unsigned char *at = destination.data();
+               at < destination.data() + destination.size(); ++at) {
+            size_t index = static_cast<size_t>(at - (base + destinationShift));
+            bool inside = at >= base + destinationShift && index < length;
+            ASSERT_EQ(*at, inside ? source[sourceShift + index] : 0xAB)
+                << name << ": length " << length << ", source +" << sourceShift
+                << ", destination +" << destinationShift << ", byte "
+                << (at - destination.data());
+          }
         }
-      }
 }
 
 /// How many of the pages under `view` are in memory.

@@ -17,7 +17,8 @@
 namespace fsdp {
 namespace runtime {
 
-/// memcpy with non-temporal stores where the CPU has them: the destination
+/// memcpy with non-temporal stores where the CPU has them (its widest
+/// vectors, four 4 KiB runs of the copy interleaved): the destination
 /// goes to memory without being read into the cache first (what a plain
 /// store does), as glibc does only for copies above its threshold (192 MiB
 /// on this project's build machine); the source stays in cache. For copies
