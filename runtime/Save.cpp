@@ -6,6 +6,7 @@
 #include "fsdp/Format/ChunkIndex.h"
 #include "fsdp/Format/IntegrityIndex.h"
 #include "fsdp/Format/Zip.h"
+#include "fsdp/Runtime/Cast.h"
 #include "fsdp/Runtime/Checkpoint.h"
 #include "fsdp/Runtime/CheckpointReader.h"
 #include "fsdp/Runtime/Protocol.h"
@@ -90,11 +91,13 @@ struct ItemWriter {
   /// they are full. Items start aligned (the plan aligns every item to 4
   /// KiB), so the zeros fall in the gap before the next item; an item that
   /// starts at the end of the open block goes on filling it. With
-  /// `fillsInPieces` (a memcpy), `fill` is called per 256 KiB piece, each
-  /// CRCed and hashed right after; otherwise (a device copy, a fixed cost
-  /// per call) once per block, then CRCed and hashed piece by piece.
+  /// `hostData` (the item's data in host memory), each 256 KiB piece is
+  /// copied in with streaming stores and CRCed and hashed from its source,
+  /// which the copy left in the core's cache; otherwise `fill` (a device
+  /// copy, a fixed cost per call) runs once per block, then each piece is
+  /// CRCed and hashed from the block.
   Status writeDirect(const plan::WriteItem &item, const zip::ItemLayout *layout,
-                     const std::string *payload, const Fill &fill, bool fillsInPieces) {
+                     const std::string *payload, const Fill &fill, const char *hostData) {
     uint64_t alignment = file.directAlignment();
     uint64_t directBlockBytes = directQueue->blockBytes();
     if (item.itemOffset % alignment || directBlockBytes % alignment)
@@ -169,16 +172,20 @@ struct ItemWriter {
     // CRC and hash each piece while it is still in the core's cache: a
     // whole block (8 MiB) copied first was read back twice from memory.
     auto data = [&](uint64_t offset, uint64_t count, char *to) -> Status {
-      if (!fillsInPieces)
+      if (!hostData)
         if (Status status = fill(offset, count, to); !status)
           return propagate(status, item.key + ": " + status.error());
       for (uint64_t done = 0; done < count; done += kCachedPieceBytes) {
-        uint64_t piece = std::min(kCachedPieceBytes, count - done);
-        if (fillsInPieces)
-          if (Status status = fill(offset + done, piece, to + done); !status)
-            return propagate(status, item.key + ": " + status.error());
-        crc = zip::crc32(to + done, piece, crc);
-        hash.update(to + done, piece);
+        uint64_t size = std::min(kCachedPieceBytes, count - done);
+        const char *piece = to + done;
+        if (hostData) {
+          // The block is not read again but by the disk: streaming stores
+          // spare reading each of its lines in first.
+          piece = hostData + offset + done;
+          copyBypassingCache(to + done, piece, size);
+        }
+        crc = zip::crc32(piece, size, crc);
+        hash.update(piece, size);
       }
       return Status::success();
     };
@@ -208,7 +215,7 @@ struct ItemWriter {
           [&](uint64_t at, uint64_t size, char *to) {
             return view.backend->copyOut(source + at, to, size).get();
           },
-          false);
+          nullptr);
     }
     if (view.backend->hostAccessible())
       return writeTensor(item, static_cast<const char *>(view.data) + offset);
@@ -293,13 +300,7 @@ struct ItemWriter {
     const zip::ItemLayout &layout = **cached;
     const char *bytesIn = static_cast<const char *>(data);
     if (directQueue)
-      return writeDirect(
-          item, &layout, nullptr,
-          [&](uint64_t at, uint64_t size, char *to) {
-            std::memcpy(to, bytesIn + at, size);
-            return Status::success();
-          },
-          true);
+      return writeDirect(item, &layout, nullptr, {}, bytesIn);
     integrity::StreamingXxh3 hash;
     hash.update(layout.header.data(), layout.header.size());
     uint32_t crc = 0;
@@ -323,7 +324,7 @@ struct ItemWriter {
 
   Status writeBytes(const plan::WriteItem &item, const std::string &payload) {
     if (directQueue)
-      return writeDirect(item, nullptr, &payload, {}, false);
+      return writeDirect(item, nullptr, &payload, {}, nullptr);
     if (Status status = file.writeAt(item.itemOffset, {{payload.data(), payload.size()}}); !status)
       return propagate(status, status.error() + " (item " + item.key + ")");
     checksums.push_back({itemChecksumKey(item.key, item.chunkOffsets, false), baseName(file.path()),
