@@ -240,8 +240,10 @@ def rank_cpus(ranks):
              "*sorted(os.sched_getaffinity(0)))")
     out = subprocess.run(MPIRUN + ["-np", str(ranks), sys.executable, "-c", probe],
                          check=True, capture_output=True, text=True).stdout
+    # Lines of the form "RANK CPU...": anything else mpirun printed is skipped.
     cpus = {int(rank): frozenset(map(int, rest))
-            for rank, *rest in (line.split() for line in out.splitlines() if line.strip())}
+            for rank, *rest in (line.split() for line in out.splitlines() if line.strip())
+            if rank.isdigit() and rest and all(cpu.isdigit() for cpu in rest)}
     if sorted(cpus) != list(range(ranks)):
         sys.exit(f"bench: mpirun did not report each rank's CPUs: {out}")
     return tuple(cpus[rank] for rank in range(ranks))
