@@ -31,15 +31,18 @@ ceiling first:
   load warm  the load with every file in the page cache, as run by default (it
              also refreshes the bf16 model weights from the main weights it
              reads) and with --no-sync-model-weights, each against the fastest
-             way to do the same work: the latter, the fastest copy and xxh3 of
-             every byte, block by block (fsdp-bench-memcpy-xxh3: memcpy between
-             buffers in huge pages in 256 KiB, 1 MiB and 8 MiB blocks, copies
-             with streaming stores in 256 KiB and 1 MiB, pread of the cached
-             files in 256 KiB and 1 MiB, memcpy and streaming copies out of a
-             mapping of each cached file; what a checked load cannot skip); the
-             former, the same but pread with each block of each rank's main
-             weights also cast to bfloat16 as it lands; each of these runs, ours
-             included, the median of WARM_PASSES in turn;
+             way to do the same work on the same cached bytes: the latter, the
+             fastest copy and xxh3 of every byte out of the page cache, block by
+             block (fsdp-bench-memcpy-xxh3: pread of the cached files, memcpy
+             and copies with streaming stores out of a mapping of each, in 256
+             KiB and 1 MiB blocks; what a checked load cannot skip); the former,
+             the same but pread with each block of each rank's main weights
+             also cast to bfloat16 as it lands; beside each, not a bar, the
+             same work between two buffers of the process's own in huge pages
+             (memcpy in 256 KiB, 1 MiB and 8 MiB blocks, streaming copies in
+             256 KiB and 1 MiB), which reads other memory than the cache's;
+             each of these runs, ours included, the median of WARM_PASSES in
+             turn;
   save stall an async save's stall against the faster of one memcpy of each rank's bytes
              and a copy of them with streaming stores on the save's threads.
 The ceilings that run a process per rank time them from one start, as the
@@ -273,31 +276,42 @@ def run_together(argvs):
     return max(seconds)
 
 
-# The warm load's ceiling is the fastest of these ways to copy every byte of each rank and
-# hash it, block by block (fsdp-bench-memcpy-xxh3, the ranks at once): smaller blocks stay in
-# a core's cache; streaming stores write the copy without first reading each of its lines
-# (the load's own copies); pread is the kernel's copy out of the cache of the checkpoint's own
-# files.
+# The warm load's ceiling is the fastest of these ways to copy every byte of each rank out of
+# the page cache and hash it, block by block (fsdp-bench-memcpy-xxh3, the ranks at once): the
+# same bytes in the same cache state, as a ceiling reads them. Smaller blocks stay in a core's
+# cache; streaming stores write the copy without first reading each of its lines (the load's
+# own copies); pread is the kernel's copy out of the cache.
 WARM_METHODS = {
+    "pread + xxh3 256K": ["--block", "256", "--pread"],
+    "pread + xxh3 1M": ["--block", "1024", "--pread"],
+    # The load's own way: copied out of one mapping of each cached file, whose page faults
+    # (one per 2 MiB folio of the cache, one per few pages of smaller ones) count.
+    "mmap + xxh3 256K": ["--block", "256", "--mmap"],
+    "mmap + xxh3 1M": ["--block", "1024", "--mmap"],
+    "mmap streaming copy + xxh3 256K": ["--block", "256", "--stream", "--mmap"],
+    "mmap streaming copy + xxh3 1M": ["--block", "1024", "--stream", "--mmap"],
+}
+# Beside it, not a bar: the same copy and hash between two buffers of the process's own (huge
+# pages, filled before the clock), which reads neither the checkpoint's bytes nor the memory
+# the kernel caches them in. Out of the page cache the same streaming copy ran 5-20% slower
+# than between buffers (6 interleaved runs of 8-12 rounds, 1 thread), yet out of a copy of
+# the same files whose cache a write had filled, within 0-7%, and a copy read back the same
+# way as the checkpoint, 9% faster than the checkpoint: the memory the cache sits in sets that
+# gap, and no reader of the cache, ours or a raw one, chooses it.
+MEMORY_METHODS = {
     "memcpy + xxh3 256K": ["--block", "256"],
     "memcpy + xxh3 1M": ["--block", "1024"],
     "memcpy + xxh3 8M": ["--block", "8192"],
     "streaming copy + xxh3 256K": ["--block", "256", "--stream"],
     "streaming copy + xxh3 1M": ["--block", "1024", "--stream"],
-    "pread + xxh3 256K": ["--block", "256", "--pread"],
-    "pread + xxh3 1M": ["--block", "1024", "--pread"],
-    # The load's own way: copied out of one mapping of each cached file, whose page faults
-    # (one per 2 MiB folio of the cache, one per few pages of smaller ones) and small-page
-    # TLB misses the copies between buffers above do not pay.
-    "mmap + xxh3 256K": ["--block", "256", "--mmap"],
-    "mmap streaming copy + xxh3 256K": ["--block", "256", "--stream", "--mmap"],
 }
 
 
 def memcpy_xxh3_seconds(tool, sizes, threads, method, files, casts=None):
-    """Seconds of one WARM_METHODS method over every rank's bytes, the ranks at once (a pread
-    or mmap method reads `files`, one per rank, from the page cache). With `casts`: each block
-    of that many of each rank's float32 elements also cast to bfloat16 as it lands."""
+    """Seconds of one WARM_METHODS or MEMORY_METHODS method over every rank's bytes, the ranks
+    at once (a pread or mmap method reads `files`, one per rank, from the page cache). With
+    `casts`: each block of that many of each rank's float32 elements also cast to bfloat16
+    as it lands."""
     cast = [["--cast", str(casts[rank])] if casts else [] for rank in range(len(files))]
     if "--pread" in method or "--mmap" in method:
         return run_together([[tool] + cast[rank] + method + [f, str(threads)]
@@ -312,21 +326,22 @@ def memcpy_xxh3_seconds(tool, sizes, threads, method, files, casts=None):
 # while the host was being handed back the memory the run before had freed: page_reporting),
 # so one run a round could decide the figure by that alone.
 WARM_PASSES = 3
-# The name of a WARM_METHODS method that also casts the main weights.
+# The name of a method that also casts the main weights.
 CAST = " + bf16 cast"
 
 
 def warm_figures(ckpt, plan, ckdir, tool, sizes, files, casts, threads, ours_first):
-    """The round's two warm figures (against(...)): the load as run by default, which also
+    """The round's warm figures (against(...)): the load as run by default, which also
     refreshes the bf16 model weights from the main weights it reads, against the same copy
-    and xxh3 of every byte with the cast of the main weights as they land; and the load
-    without that refresh (--no-sync-model-weights) against the copy and xxh3 alone."""
+    and xxh3 of every byte out of the cache with the cast of the main weights as they land;
+    the load without that refresh (--no-sync-model-weights) against the copy and xxh3 alone;
+    and, not bars, each against the same work between buffers (MEMORY_METHODS)."""
     def load(*extra):
         return lambda: reported_seconds(MPIRUN + ["-np", "2", ckpt, "load", "--plan", plan,
                                                   "--dir", ckdir, "--threads", str(threads),
                                                   *extra])
     runs = {"ours": load(), "ours, no refresh": load("--no-sync-model-weights")}
-    for name, method in WARM_METHODS.items():
+    for name, method in {**WARM_METHODS, **MEMORY_METHODS}.items():
         runs[name] = functools.partial(memcpy_xxh3_seconds, tool, sizes, threads, method, files)
         if "--pread" not in method:  # the kernel's copy cannot cast
             runs[name + CAST] = functools.partial(memcpy_xxh3_seconds, tool, sizes, threads,
@@ -338,10 +353,16 @@ def warm_figures(ckpt, plan, ckdir, tool, sizes, files, casts, threads, ours_fir
             times[name].append(runs[name]())
     median = {name: statistics.median(seconds) for name, seconds in times.items()}
     total = sum(sizes)
-    copies = {name: median[name] for name in WARM_METHODS}
-    with_cast = {name: median[name] for name in median if name.endswith(CAST)}
-    return {"load_warm": against(median["ours"], with_cast, total),
-            "load_warm_no_refresh": against(median["ours, no refresh"], copies, total)}
+
+    def methods(among, cast):
+        return {name + cast: median[name + cast] for name in among
+                if name + cast in median}
+    figures = {}
+    for suffix, among in (("", WARM_METHODS), ("_memory", MEMORY_METHODS)):
+        figures["load_warm" + suffix] = against(median["ours"], methods(among, CAST), total)
+        figures["load_warm_no_refresh" + suffix] = against(median["ours, no refresh"],
+                                                           methods(among, ""), total)
+    return figures
 
 
 def cast_elements_per_rank(translate, lowered):
@@ -461,6 +482,21 @@ def round_trip(tools, plan, casts, ckdir, work, threads, ours_first=True):
     return figures
 
 
+# Each figure of a round: (JSON name, cache, variant, vs, bar), in the order printed. The
+# memory-to-memory lines stand beside the warm loads' bars (MEMORY_METHODS).
+FIGURES = {
+    "save": ("save", None, None, "ceiling", 0.9),
+    "load_cold": ("load", "cold", None, "ceiling", 0.9),
+    "load_cold_buffered": ("load", "cold", "--buffered-io", "ceiling", None),
+    "load_warm": ("load", "warm", None, "ceiling", 0.9),
+    "load_warm_memory": ("load", "warm", None, "memory-to-memory", None),
+    "load_warm_no_refresh": ("load", "warm", "--no-sync-model-weights", "ceiling", 0.9),
+    "load_warm_no_refresh_memory": ("load", "warm", "--no-sync-model-weights",
+                                    "memory-to-memory", None),
+    "save_stall": ("save_stall", None, None, "ceiling", 0.67),
+}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--build", default=os.path.join(ROOT, "build"))
@@ -493,24 +529,18 @@ def main():
             rounds = [round_trip(bin_dir, plan, casts, ckdir, work, threads, ours_first=i % 2 == 0)
                       for i in range(args.rounds)]
             summary.append(f"  {threads} thread{'s' if threads > 1 else ''} per rank:")
-            for figure in ("save", "load_cold", "load_cold_buffered", "load_warm",
-                           "load_warm_no_refresh", "save_stall"):
+            for figure in FIGURES:
                 samples = [r[figure] for r in rounds]
                 ratios = [ceiling / ours for ours, ceiling, *_ in samples]
                 ratio = statistics.median(ratios)
                 methods = sorted({s[3] for s in samples})
-                name, _, cache = figure.partition("_")
-                variant = None
-                if figure == "load_cold_buffered":
-                    cache, variant = "cold", "--buffered-io"
-                if figure == "load_warm_no_refresh":
-                    cache, variant = "warm", "--no-sync-model-weights"
+                name, cache, variant, vs, bar = FIGURES[figure]
                 if figure == "save_stall":
                     ours = statistics.median(s[0] for s in samples)
                     ref = statistics.median(s[1] for s in samples)
-                    emit("save_stall", ours, ref, ratio, unit="s", vs="ceiling", threads=threads,
-                         min=round(min(ratios), 3), max=round(max(ratios), 3), rounds=len(ratios),
-                         ceiling=" / ".join(methods))
+                    emit("save_stall", ours, ref, ratio, unit="s", vs=vs, threads=threads,
+                         bar=bar, min=round(min(ratios), 3), max=round(max(ratios), 3),
+                         rounds=len(ratios), ceiling=" / ".join(methods))
                     summary.append(f"    async save stall {ours:.3f} s vs {ref:.3f} s "
                                    f"({' / '.join(methods)}): "
                                    f"ratio {ratio:.2f} ({min(ratios):.2f}-{max(ratios):.2f}; bar "
@@ -526,16 +556,19 @@ def main():
                 by_method = {m: statistics.median(s[4][m] / s[0] for s in samples)
                              for m in samples[0][4]}
                 best = min(by_method, key=by_method.get)
-                emit(name, ours, ref, ratio, threads=threads, cache=cache or None,
-                     **({"variant": variant} if variant else {}),
-                     min=round(min(ratios), 3), max=round(max(ratios), 3), rounds=len(ratios),
+                emit(name, ours, ref, ratio, vs=vs, threads=threads, cache=cache,
+                     variant=variant, bar=bar, min=round(min(ratios), 3),
+                     max=round(max(ratios), 3), rounds=len(ratios),
                      ceiling=" / ".join(methods), best_method=best,
                      ratio_best_method=round(by_method[best], 3))
-                label = f"  {variant}" if variant else f"{figure:10s}"
-                bar = "not a bar" if figure == "load_cold_buffered" else "bar 0.9"
+                beside = [variant] if variant else []
+                if vs != "ceiling":
+                    beside.append(f"vs {vs}")
+                label = "  " + " ".join(beside) if beside else f"{figure:10s}"
                 summary.append(f"    {label} {ours:.2f} GB/s vs {ref:.2f} GB/s "
                                f"({' / '.join(methods)}): ratio {ratio:.2f} "
-                               f"({min(ratios):.2f}-{max(ratios):.2f}; {bar}); against "
+                               f"({min(ratios):.2f}-{max(ratios):.2f}; "
+                               f"{f'bar {bar}' if bar else 'not a bar'}); against "
                                f"{best} alone {by_method[best]:.2f}")
         print(f"\nsummary: {total / 1e9:.2f} GB checkpoint over 2 ranks, {args.rounds} rounds, ours "
               "and its ceiling in turn; medians (min-max of the per-round ratios)")
@@ -548,13 +581,14 @@ def main():
               "kernel AIO into huge pages, as the load reads, without its checks) "
               "reading the checkpoint's own files after the cache is dropped; warm load "
               "(--no-sync-model-weights), "
-              "the fastest copy and xxh3 of every byte (memcpy between buffers in huge pages "
-              "in 256 KiB, 1 MiB and 8 MiB blocks, streaming copies in 256 KiB and 1 MiB, "
-              "pread of the cached files in 256 KiB and 1 MiB, memcpy and streaming copies "
-              "out of a mapping of each cached file: what a checked load cannot skip); "
+              "the fastest copy and xxh3 of every byte out of the page cache (pread of the "
+              "cached files, memcpy and streaming copies out of a mapping of each, in 256 KiB "
+              "and 1 MiB blocks: what a checked load cannot skip); "
               "warm load as run by default, the fastest of the same but pread with each "
               "block of main weights also cast to the bf16 model weights, as the load "
-              f"refreshes them; each warm run the median of {WARM_PASSES} in turn; "
+              "refreshes them; beside each, not a bar, the same between buffers of the "
+              "process's own (memcpy in 256 KiB, 1 MiB and 8 MiB blocks, streaming copies in "
+              f"256 KiB and 1 MiB); each warm run the median of {WARM_PASSES} in turn; "
               "async stall, the faster of one memcpy of each rank's bytes and "
               "a copy of them in 64 MiB blocks with streaming stores on the save's threads; "
               "the warm and stall ceilings run a process per rank, each on its rank's CPUs")
