@@ -296,8 +296,8 @@ WARM_METHODS = {
 # the kernel caches them in. Out of the page cache the same streaming copy ran 5-20% slower
 # than between buffers (6 interleaved runs of 8-12 rounds, 1 thread), yet out of a copy of
 # the same files whose cache a write had filled, within 0-7%, and a copy read back the same
-# way as the checkpoint, 9% faster than the checkpoint: the memory the cache sits in sets that
-# gap, and no reader of the cache, ours or a raw one, chooses it.
+# way as the checkpoint, 9% faster than the checkpoint, with as much of each in 2 MiB folios:
+# what is left is the memory the cache sits in, which no reader of the cache picks.
 MEMORY_METHODS = {
     "memcpy + xxh3 256K": ["--block", "256"],
     "memcpy + xxh3 1M": ["--block", "1024"],
