@@ -4,10 +4,13 @@ at 1 worker thread per rank and at the default, against ceilings that are
 limits, measured in the same run on the same bytes and cache state.
 
 The model is a Llama-shaped description (311M parameters: f32 main weights and
-two f32 Adam moments, ~3.7 GB on disk). Each round runs ours, then its
-ceiling, figure by figure (A B A B ...), and the ratios (ceiling time / our
-time) of the rounds give a median and a spread; every other round runs the
-ceiling first:
+two f32 Adam moments, ~3.7 GB on disk). Each round runs ours and its ceiling
+in turn, figure by figure, and the ratios (ceiling time / our time) of the
+rounds give a median and a spread. The disk's ceilings (save, cold load) do
+not depend on our threads: each is measured once a round, between our runs at
+the thread counts (1 C 2, the next round 2 C 1), and every count's figure is
+against it. The warm and stall ceilings run on our threads: ours, then them,
+per thread count (every other round, them first):
   save       `mpirun -np 2 fsdp-ckpt save` (every byte fsynced, the commit
              included) against the fastest of fio O_DIRECT (queue depth 32,
              32 MiB blocks; queue depth 8, 8 MiB; 4 jobs per file at queue
@@ -420,65 +423,84 @@ def against(ours, times, total):
     return (ours, seconds, total, method, times)
 
 
-def round_trip(tools, plan, casts, ckdir, work, threads, ours_first=True):
-    """One round at `threads` workers per rank, ours and each ceiling in turn (A B A B; the
-    next round B A, so neither side always meets the disk in the other's wake):
-    {figure: against(...)}; the references beside them have no methods (None)."""
-    ckpt = os.path.join(tools, "fsdp-ckpt")
+def split_counts(thread_counts, ours_first):
+    """The thread counts whose runs come before a shared ceiling, and those after it: T1 C T2
+    in one round, T2 C T1 in the next (with one count: T C, then C T), so that each thread
+    count meets the ceiling before it in half the rounds and after it in the other half."""
+    order = list(thread_counts) if ours_first else list(thread_counts)[::-1]
+    before = (len(order) + ours_first) // 2
+    return order[:before], order[before:]
 
-    def save():
+
+def round_trip(tools, plan, casts, ckdir, work, thread_counts, ours_first=True):
+    """One round at each of `thread_counts` workers per rank: {threads: {figure:
+    against(...)}}; the references beside them have no methods (None). The disk's ceilings
+    do not depend on our threads, so each is measured once a round between our runs
+    (split_counts), every thread count's figure against the same one; the warm and stall
+    ceilings run on our threads and are measured per thread count, ours and each in turn
+    (A B A B; the next round B A)."""
+    ckpt = os.path.join(tools, "fsdp-ckpt")
+    before, after = split_counts(thread_counts, ours_first)
+
+    def save(threads):
+        # Each save writes a new checkpoint, as the previous one is removed first.
+        shutil.rmtree(ckdir, ignore_errors=True)
         return reported_seconds(MPIRUN + ["-np", "2", ckpt, "save", "--plan", plan, "--dir",
                                           ckdir, "--fill", "1", "--threads", str(threads)])
 
     def data_files():
         return sorted(os.path.join(ckdir, f) for f in os.listdir(ckdir) if f.endswith(".distcp"))
 
-    def fio_write(sizes):
-        # The same bytes per rank, written by each raw method into new files, fsynced.
-        raw = [os.path.join(work, f"raw{i}") for i in range(len(sizes))]
-        return fio_methods("write", raw, sizes, tools=tools)
+    def saves(counts):
+        times = {}
+        for threads in counts:
+            times[threads] = save(threads)
+            written = [os.path.getsize(f) for f in data_files()]
+            if sizes and written != sizes:
+                sys.exit("bench: saves at different thread counts wrote different sizes")
+            sizes[:] = written
+        return times
 
-    # The sizes a save of this plan writes: the previous round's checkpoint's.
-    previous = ([os.path.getsize(f) for f in data_files()] if os.path.isdir(ckdir) else [])
-    shutil.rmtree(ckdir, ignore_errors=True)
-    if ours_first or not previous:
-        t_save = save()
-        sizes = [os.path.getsize(f) for f in data_files()]
-        writes = fio_write(sizes)
-    else:
-        sizes = previous
-        writes = fio_write(sizes)
-        t_save = save()
+    # The sizes a save of this plan writes: the previous round's checkpoint's (before the
+    # first, the warm-up save's).
+    sizes = [os.path.getsize(f) for f in data_files()]
+    t_save = saves(before)
+    # The same bytes per rank, written by each raw method into new files, fsynced.
+    raw = [os.path.join(work, f"raw{i}") for i in range(len(sizes))]
+    writes = fio_methods("write", raw, sizes, tools=tools)
+    t_save.update(saves(after))
     files = data_files()
-    if [os.path.getsize(f) for f in files] != sizes:
-        sys.exit("bench: the save wrote other sizes than its ceiling did")
     total = sum(sizes)
-    figures = {"save": against(t_save, writes, total)}
     every_file = [os.path.join(ckdir, f) for f in os.listdir(ckdir)]
 
-    def cold_load(*extra):
+    def cold_load(threads, *extra):
         drop_cache(every_file)
         return reported_seconds(MPIRUN + ["-np", "2", ckpt, "load", "--plan", plan, "--dir",
                                           ckdir, "--threads", str(threads), *extra])
-    # Cold load: the checkpoint's own files read by fio, after the cache is dropped.
-    if ours_first:
-        t_cold = cold_load()
-        reads = fio_methods("read", files, sizes, cold_files=every_file, tools=tools)
-    else:
-        reads = fio_methods("read", files, sizes, cold_files=every_file, tools=tools)
-        t_cold = cold_load()
-    figures["load_cold"] = against(t_cold, reads, total)
-    # Beside it (not a bar): the same cold load reading through the page cache.
-    figures["load_cold_buffered"] = against(cold_load("--buffered-io"), reads, total)
-    # Warm loads: every byte copied from the page cache and checked, nothing less. warm_cache
-    # refills the cache from nothing: pages the buffered load above brought in through
-    # posix_fadvise(WILLNEED) are small folios, and warm loads from them ran 30% slower
-    # (4.3-4.7 against 5.0-6.7 GB/s) than from pages read in by plain reads.
-    warm_cache(every_file)
-    figures.update(warm_figures(ckpt, plan, ckdir, os.path.join(tools, "fsdp-bench-memcpy-xxh3"),
-                                sizes, files, casts, threads, ours_first))
-    stall, (t_copy, copy) = measure_stall(ckpt, plan, ckdir, work, threads)
-    figures["save_stall"] = (stall, t_copy, None, copy, None)
+    # Cold load: the checkpoint's own files read by each raw method, after the cache is
+    # dropped.
+    t_cold = {threads: cold_load(threads) for threads in before}
+    reads = fio_methods("read", files, sizes, cold_files=every_file, tools=tools)
+    t_cold.update({threads: cold_load(threads) for threads in after})
+    figures = {}
+    for threads in thread_counts:
+        figures[threads] = {"save": against(t_save[threads], writes, total),
+                            "load_cold": against(t_cold[threads], reads, total)}
+    for threads in thread_counts:
+        # Beside it (not a bar): the same cold load reading through the page cache.
+        figures[threads]["load_cold_buffered"] = against(cold_load(threads, "--buffered-io"),
+                                                         reads, total)
+        # Warm loads: every byte copied from the page cache and checked, nothing less.
+        # warm_cache refills the cache from nothing: pages the buffered load above brought in
+        # through posix_fadvise(WILLNEED) are small folios, and warm loads from them ran 30%
+        # slower (4.3-4.7 against 5.0-6.7 GB/s) than from pages read in by plain reads.
+        warm_cache(every_file)
+        figures[threads].update(warm_figures(
+            ckpt, plan, ckdir, os.path.join(tools, "fsdp-bench-memcpy-xxh3"), sizes, files,
+            casts, threads, ours_first))
+    for threads in thread_counts:
+        stall, (t_copy, copy) = measure_stall(ckpt, plan, ckdir, work, threads)
+        figures[threads]["save_stall"] = (stall, t_copy, None, copy, None)
     return figures
 
 
@@ -500,7 +522,7 @@ FIGURES = {
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--build", default=os.path.join(ROOT, "build"))
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--workdir", default=None, help="where the checkpoints go (a real disk)")
     parser.add_argument("--threads", default=None,
                         help="comma-separated worker threads per rank (default: 1 and the cores)")
@@ -525,12 +547,22 @@ def main():
         thread_counts = (sorted({int(t) for t in args.threads.split(",")}) if args.threads
                          else sorted({1, default_threads}))
         summary = []
+        # One save before the rounds, not measured: it gives the first round's write
+        # ceiling the sizes to write, and no figure counts the run's first write to the disk.
+        subprocess.run(MPIRUN + ["-np", "2", os.path.join(bin_dir, "fsdp-ckpt"), "save",
+                                 "--plan", plan, "--dir", ckdir, "--fill", "1"],
+                       check=True, capture_output=True)
+        rounds = []
+        for i in range(args.rounds):
+            started = time.monotonic()
+            rounds.append(round_trip(bin_dir, plan, casts, ckdir, work, thread_counts,
+                                     ours_first=i % 2 == 0))
+            print(f"bench: round {i + 1} of {args.rounds} in {time.monotonic() - started:.0f} s",
+                  file=sys.stderr, flush=True)
         for threads in thread_counts:
-            rounds = [round_trip(bin_dir, plan, casts, ckdir, work, threads, ours_first=i % 2 == 0)
-                      for i in range(args.rounds)]
             summary.append(f"  {threads} thread{'s' if threads > 1 else ''} per rank:")
             for figure in FIGURES:
-                samples = [r[figure] for r in rounds]
+                samples = [r[threads][figure] for r in rounds]
                 ratios = [ceiling / ours for ours, ceiling, *_ in samples]
                 ratio = statistics.median(ratios)
                 methods = sorted({s[3] for s in samples})
