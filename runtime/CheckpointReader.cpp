@@ -64,6 +64,85 @@ Result<uint64_t> hashRange(const zip::ByteSource &source, uint64_t offset, uint6
 
 } // namespace
 
+Status CheckpointReader::checkLoadable() {
+  // The bytes each data file must hold: the end of its last item.
+  std::map<std::string, uint64_t> extents;
+  auto extend = [&](const std::string &file, uint64_t offset, uint64_t length) {
+    uint64_t &end = extents[file];
+    end = std::max(end, offset + std::min(length, UINT64_MAX - offset));
+  };
+  if (fromChunkIndex_) {
+    // Opened from the chunk index alone: tie `.metadata` to both indexes by
+    // its checksum (the open compared only its length), and read every
+    // record block, each checked against its checksum.
+    Result<std::unique_ptr<zip::ByteSource>> metadata = storage_.openRead(dir_ + "/.metadata");
+    if (!metadata)
+      return propagate(metadata, printable(metadata.error()));
+    Result<uint64_t> digest = hashRange(**metadata, 0, (*metadata)->size());
+    if (!digest)
+      return propagate(digest, pathOf(".metadata") + ": " + printable(digest.error()));
+    if (*digest != chunks_->metadataXxh3())
+      return corrupt(pathOf(".metadata") + ": checksum mismatch against " +
+                     chunkindex::kChunkIndexFileName + " (the file is corrupt)");
+    std::string indexPath = dir_ + "/" + integrity::kIndexFileName;
+    if (!storage_.exists(indexPath))
+      return makeError(pathOf(integrity::kIndexFileName) +
+                           " is missing (the chunk index has nothing to be checked against)",
+                       ErrorKind::NotFound);
+    Result<std::string> indexBytes = readWholeFile(storage_, indexPath, /*isPickle=*/false);
+    if (!indexBytes)
+      return propagate(indexBytes, printable(indexBytes.error()));
+    Result<integrity::IntegrityIndex> index = integrity::parseIndex(*indexBytes);
+    if (!index)
+      return classify(index, pathOf(integrity::kIndexFileName) + ": " + printable(index.error()),
+                      ErrorKind::Corrupt);
+    if (index->metadataLength != (*metadata)->size() || index->metadataXxh3 != *digest)
+      return corrupt(pathOf(".metadata") + ": checksum mismatch against " +
+                     integrity::kIndexFileName + " (the file is corrupt)");
+    for (const integrity::ItemChecksum &item : index->items) {
+      if (!isPlainFileName(item.file))
+        return corrupt(pathOf(integrity::kIndexFileName) + ": item " + printable(item.key) +
+                       " names the file '" + printable(item.file) +
+                       "', which is not a plain name inside the checkpoint directory");
+      extend(item.file, item.offset, item.length);
+    }
+    for (uint64_t position = 0; position < chunks_->keyCount(); ++position) {
+      Result<std::vector<chunkindex::Chunk>> found = chunks_->chunks(position);
+      if (!found)
+        return propagate(found, printable(found.error()));
+      for (const chunkindex::Chunk &chunk : *found)
+        extend(chunks_->fileName(chunk.file), chunk.itemOffset, chunk.itemLength);
+    }
+  } else if (hasIndex_) {
+    for (const integrity::ItemChecksum &item : index_.items)
+      extend(item.file, item.offset, item.length);
+  } else {
+    for (const auto &[index, info] : metadata_.storageData)
+      extend(info.relativePath, info.offset, info.length);
+  }
+  for (const auto &[name, end] : extents) {
+    Result<std::unique_ptr<zip::ByteSource>> file = storage_.openRead(dir_ + "/" + name);
+    if (!file)
+      return propagate(file, printable(file.error()));
+    if ((*file)->size() < end)
+      return corrupt(pathOf(name) + " has " + std::to_string((*file)->size()) +
+                     " bytes but its items end at " + std::to_string(end) + " (truncated)");
+  }
+  return Status::success();
+}
+
+bool CheckpointReader::hasOptimizerState() const {
+  auto isOptimizer = [](const std::string &key) { return key.rfind("optimizer.", 0) == 0; };
+  if (fromChunkIndex_) {
+    for (uint64_t position = 0; position < chunks_->keyCount(); ++position)
+      if (isOptimizer(chunks_->key(position).name))
+        return true;
+    return false;
+  }
+  return std::any_of(metadata_.stateDictMetadata.begin(), metadata_.stateDictMetadata.end(),
+                     [&](const auto &entry) { return isOptimizer(entry.first); });
+}
+
 std::string CheckpointReader::pathOf(const std::string &name) const {
   return printable(dir_ + "/" + name);
 }

@@ -5,6 +5,7 @@
 #include "RuntimeSupport.h"
 #include "fsdp/Format/Safetensors.h"
 #include "fsdp/Runtime/Cast.h"
+#include "fsdp/Runtime/HfImport.h"
 
 #include <nlohmann/json.hpp>
 
@@ -17,9 +18,67 @@
 namespace fsdp {
 namespace runtime {
 
+const char *const kHfConfigFiles[] = {
+    "config.json",         "generation_config.json",  "tokenizer.json",
+    "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
+    "vocab.json",          "merges.txt",              "added_tokens.json",
+    "vocab.txt",           "spiece.model",            "chat_template.jinja",
+    "chat_template.json",  "preprocessor_config.json"};
+const size_t kHfConfigFileCount = sizeof(kHfConfigFiles) / sizeof(kHfConfigFiles[0]);
+
 namespace {
 
 constexpr const char kModelPrefix[] = "model.";
+
+/// A config or tokenizer file to copy: its name and its bytes.
+using ConfigFile = std::pair<std::string, std::string>;
+
+/// The files of kHfConfigFiles that `dir` holds, read whole before the
+/// export writes anything: config.json must be there; each is a regular
+/// file (or a link Hugging Face's directories may hold) of bounded size.
+Result<std::vector<ConfigFile>> readConfigFiles(const std::string &dir, Storage &storage) {
+  Result<HfDirectory> where = HfDirectory::open(dir, storage);
+  if (!where)
+    return propagate(where, "--hf-config " + where.error());
+  std::vector<ConfigFile> files;
+  for (size_t i = 0; i < kHfConfigFileCount; ++i) {
+    std::string name = kHfConfigFiles[i], path = where->dir + "/" + name;
+    Result<PathStatus> found = storage.status(path);
+    if (!found)
+      return found.failure();
+    if (found->kind == PathStatus::Kind::Missing) {
+      if (name == "config.json")
+        return makeError(printable(path) +
+                             ": missing: --hf-config names a Hugging Face model directory, which "
+                             "holds config.json",
+                         ErrorKind::NotFound);
+      continue;
+    }
+    if (found->kind != PathStatus::Kind::RegularFile && found->kind != PathStatus::Kind::Link)
+      return makeError(printable(path) + ": " +
+                           (found->kind == PathStatus::Kind::Directory ? "a directory"
+                                                                       : "not a regular file") +
+                           ": --hf-config copies regular files only",
+                       ErrorKind::InvalidArgument);
+    Result<std::string> source = where->sourcePath(name, storage);
+    if (!source)
+      return source.failure();
+    Result<std::unique_ptr<zip::ByteSource>> file = storage.openRead(*source);
+    if (!file)
+      return file.failure();
+    uint64_t size = (*file)->size();
+    if (size > kMaxHfConfigFileBytes)
+      return makeError(printable(path) + ": " + std::to_string(size) + " bytes, more than the " +
+                           std::to_string(kMaxHfConfigFileBytes) +
+                           " a config or tokenizer file may be",
+                       ErrorKind::InvalidArgument);
+    std::string bytes(size, '\0');
+    if (Status status = (*file)->read(0, bytes.data(), bytes.size()); !status)
+      return status.failure();
+    files.emplace_back(name, std::move(bytes));
+  }
+  return files;
+}
 
 bool isFloating(dcp::DType dtype) {
   return dtype == dcp::DType::Float64 || dtype == dcp::DType::Float32 ||
@@ -183,7 +242,8 @@ Status refuseOverlap(Storage &storage, const std::string &source, const std::str
 
 /// Writes the shards and the index into `staging`.
 Status writeExport(CheckpointReader &reader, const std::vector<Exported> &tensors,
-                   const std::vector<std::vector<size_t>> &shards, const std::string &staging,
+                   const std::vector<std::vector<size_t>> &shards,
+                   const std::vector<ConfigFile> &configFiles, const std::string &staging,
                    Storage &storage, const ExportOptions &options, ExportResult &result) {
   uint64_t total = 0;
   for (const Exported &tensor : tensors)
@@ -249,6 +309,11 @@ Status writeExport(CheckpointReader &reader, const std::vector<Exported> &tensor
       return status;
     result.files.push_back("model.safetensors.index.json");
   }
+  for (const auto &[name, bytes] : configFiles) {
+    if (Status status = writeFileDurably(storage, staging, name, bytes); !status)
+      return status;
+    result.configFiles.push_back(name);
+  }
   // What lets a later --overwrite know this directory as an export of ours.
   if (Status status = writeFileDurably(storage, staging, kExportMarker,
                                        "written by fsdp-ckpt export; --overwrite replaces it\n");
@@ -303,6 +368,13 @@ Result<ExportResult> exportSafetensors(const std::string &dir, const std::string
   if (!tensors)
     return tensors.failure();
   std::vector<std::vector<size_t>> shards = cutShards(*tensors, options.maxShardBytes);
+  std::vector<ConfigFile> configFiles;
+  if (!options.hfConfigDir.empty()) {
+    Result<std::vector<ConfigFile>> read = readConfigFiles(options.hfConfigDir, storage);
+    if (!read)
+      return read.failure();
+    configFiles = read.take();
+  }
 
   // Claimed like a save's target; staged beside it, renamed into place.
   std::string target = trimSlashes(out);
@@ -326,7 +398,8 @@ Result<ExportResult> exportSafetensors(const std::string &dir, const std::string
   ExportResult result;
   Status wrote;
   try {
-    wrote = writeExport(**reader, *tensors, shards, staging, storage, options, result);
+    wrote = writeExport(**reader, *tensors, shards, configFiles, staging, storage, options,
+                        result);
   } catch (const std::bad_alloc &) {
     wrote = makeError("out of memory while exporting " + printable(trimSlashes(dir)),
                       ErrorKind::IO, ENOMEM);

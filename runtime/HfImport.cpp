@@ -25,10 +25,140 @@ std::string HfModel::pathOf(const std::string &name) const {
   return printable(dir_ + "/" + name);
 }
 
+namespace {
+
+/// An absolute path with `.`, `..` and repeated slashes taken out, by its
+/// text alone (no link is looked at).
+std::string lexicallyNormal(const std::string &path) {
+  std::vector<std::string> parts;
+  for (size_t begin = 0; begin <= path.size();) {
+    size_t end = path.find('/', begin);
+    if (end == std::string::npos)
+      end = path.size();
+    std::string part = path.substr(begin, end - begin);
+    if (part == "..") {
+      if (!parts.empty())
+        parts.pop_back();
+    } else if (!part.empty() && part != ".") {
+      parts.push_back(part);
+    }
+    begin = end + 1;
+  }
+  std::string out;
+  for (const std::string &part : parts)
+    out += "/" + part;
+  return out.empty() ? "/" : out;
+}
+
+const char *notRegularText(PathStatus::Kind kind) {
+  switch (kind) {
+  case PathStatus::Kind::Missing:
+    return "missing";
+  case PathStatus::Kind::Directory:
+    return "a directory";
+  case PathStatus::Kind::Link:
+    return "itself a symbolic link";
+  default:
+    return "not a regular file (a FIFO, a socket or a device)";
+  }
+}
+
+} // namespace
+
+Result<HfDirectory> HfDirectory::open(const std::string &dir, Storage &storage) {
+  Result<PathStatus> where = storage.status(dir);
+  if (!where)
+    return where.failure();
+  if (where->kind == PathStatus::Kind::Link) {
+    Result<std::string> real = storage.realPath(dir);
+    if (!real)
+      return real.failure();
+    where = storage.status(*real);
+    if (!where)
+      return where.failure();
+  }
+  if (where->kind != PathStatus::Kind::Directory)
+    return makeError(printable(dir) + ": " +
+                         (where->kind == PathStatus::Kind::Missing ? "no such directory"
+                                                                   : "not a directory"),
+                     where->kind == PathStatus::Kind::Missing ? ErrorKind::NotFound
+                                                              : ErrorKind::InvalidArgument);
+  HfDirectory out;
+  out.dir = trimSlashes(dir);
+  Result<std::string> realDir = storage.realPath(out.dir);
+  if (!realDir)
+    return realDir.failure();
+  out.realDir = *realDir;
+  // A hub snapshot: <repo>/snapshots/<rev>, with <repo>/blobs a directory.
+  if (baseName(parentDir(out.realDir)) == "snapshots") {
+    std::string repo = parentDir(parentDir(out.realDir));
+    std::string blobs = repo == "/" ? "/blobs" : repo + "/blobs";
+    Result<PathStatus> found = storage.status(blobs);
+    if (!found)
+      return found.failure();
+    if (found->kind == PathStatus::Kind::Directory)
+      out.blobs = blobs;
+  }
+  return out;
+}
+
+Result<std::string> HfDirectory::sourcePath(const std::string &name, Storage &storage) const {
+  std::string path = dir + "/" + name;
+  Result<PathStatus> where = storage.status(path);
+  if (!where)
+    return where.failure();
+  if (where->kind != PathStatus::Kind::Link)
+    return path; // openRead refuses what is not a regular file
+  Result<std::string> target = storage.readLink(path);
+  if (!target)
+    return target.failure();
+  std::string link = printable(path) + " -> " + printable(*target);
+  Result<std::string> real = storage.realPath(path);
+  if (!real)
+    return makeError(link + ": the link leads to nothing that can be opened (" +
+                         printable(real.error()) + ")",
+                     real.failure().kind);
+  // A link within the directory: FileSource follows it (and checks it again).
+  if (real->compare(0, realDir.size() + 1, realDir + "/") == 0)
+    return path;
+  if (blobs.empty())
+    return makeError(link + ": a symbolic link out of the model directory (to " +
+                         printable(*real) +
+                         "); refused: only a Hugging Face hub snapshot's links into its blobs/ "
+                         "are followed",
+                     ErrorKind::InvalidArgument);
+  // A hub snapshot: huggingface_hub links each file straight to its blob
+  // (../../blobs/<hash>); a link chain or any other place is refused.
+  std::string hop =
+      lexicallyNormal(!target->empty() && (*target)[0] == '/' ? *target : realDir + "/" + *target);
+  std::string refused = link + ": refused: a hub snapshot's links are followed only straight to "
+                               "a regular file in " +
+                        printable(blobs);
+  if (parentDir(hop) != blobs)
+    return makeError(refused + (parentDir(*real) == blobs
+                                    ? ", not through other links (it reaches " +
+                                          printable(*real) + ")"
+                                    : ", and this one leads to " + printable(*real)),
+                     ErrorKind::InvalidArgument);
+  Result<PathStatus> blob = storage.status(hop);
+  if (!blob)
+    return blob.failure();
+  if (blob->kind != PathStatus::Kind::RegularFile)
+    return makeError(refused + "; the blob " + printable(hop) + " is " + notRegularText(blob->kind),
+                     ErrorKind::InvalidArgument);
+  if (hop != *real) // a link along the way (the blob itself is none)
+    return makeError(refused + ", not through other links (it reaches " + printable(*real) + ")",
+                     ErrorKind::InvalidArgument);
+  return hop;
+}
+
 Status HfModel::openFile(const std::string &name, Storage &storage) {
   if (files_.count(name))
     return Status::success();
-  Result<std::unique_ptr<zip::ByteSource>> file = storage.openRead(dir_ + "/" + name);
+  Result<std::string> path = where_.sourcePath(name, storage);
+  if (!path)
+    return path.failure();
+  Result<std::unique_ptr<zip::ByteSource>> file = storage.openRead(*path);
   if (!file)
     return file.failure();
   const zip::ByteSource &source = **file;
@@ -53,27 +183,16 @@ Status HfModel::openFile(const std::string &name, Storage &storage) {
 }
 
 Result<std::unique_ptr<HfModel>> HfModel::open(const std::string &dir, Storage &storage) {
-  Result<PathStatus> where = storage.status(dir);
+  Result<HfDirectory> where = HfDirectory::open(dir, storage);
   if (!where)
     return where.failure();
-  if (where->kind == PathStatus::Kind::Link) {
-    Result<std::string> real = storage.realPath(dir);
-    if (!real)
-      return real.failure();
-    where = storage.status(*real);
-    if (!where)
-      return where.failure();
-  }
-  if (where->kind != PathStatus::Kind::Directory)
-    return makeError(printable(dir) + ": " +
-                         (where->kind == PathStatus::Kind::Missing ? "no such directory"
-                                                                   : "not a directory"),
-                     where->kind == PathStatus::Kind::Missing ? ErrorKind::NotFound
-                                                              : ErrorKind::InvalidArgument);
-  std::unique_ptr<HfModel> model(new HfModel(trimSlashes(dir)));
+  std::unique_ptr<HfModel> model(new HfModel(where.take()));
   std::string indexPath = model->dir_ + "/" + kHfIndexFile;
   if (storage.exists(indexPath)) {
-    Result<std::unique_ptr<zip::ByteSource>> index = storage.openRead(indexPath);
+    Result<std::string> indexSource = model->where_.sourcePath(kHfIndexFile, storage);
+    if (!indexSource)
+      return indexSource.failure();
+    Result<std::unique_ptr<zip::ByteSource>> index = storage.openRead(*indexSource);
     if (!index)
       return index.failure();
     if ((*index)->size() > safetensors::kMaxIndexBytes)

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <new>
 #include <optional>
@@ -113,35 +114,6 @@ replicaTransfers(const plan::RankPlan &plan, const RankBuffers &buffers,
   return merged;
 }
 
-/// Keys for a broadcast: each a u32 length (little-endian) and its bytes.
-std::string encodeKeys(const std::vector<std::string> &keys) {
-  std::string out;
-  for (const std::string &key : keys) {
-    uint32_t length = static_cast<uint32_t>(key.size());
-    for (int shift = 0; shift < 32; shift += 8)
-      out.push_back(static_cast<char>((length >> shift) & 0xFF));
-    out += key;
-  }
-  return out;
-}
-
-Result<std::vector<std::string>> decodeKeys(const std::string &bytes) {
-  std::vector<std::string> keys;
-  for (size_t at = 0; at < bytes.size();) {
-    if (bytes.size() - at < 4)
-      return makeError("the committing rank's list of tensors is truncated", ErrorKind::Internal);
-    uint32_t length = 0;
-    for (int i = 0; i < 4; ++i)
-      length |= uint32_t(static_cast<uint8_t>(bytes[at + i])) << (8 * i);
-    at += 4;
-    if (bytes.size() - at < length)
-      return makeError("the committing rank's list of tensors is truncated", ErrorKind::Internal);
-    keys.push_back(bytes.substr(at, length));
-    at += length;
-  }
-  return keys;
-}
-
 /// True when prefix `prefix` holds `key`: the key itself, or one below it.
 bool holds(const std::string &prefix, const std::string &key) {
   if (key.compare(0, prefix.size(), prefix) != 0)
@@ -158,10 +130,74 @@ bool KeySelection::selects(const std::string &key) const {
          std::none_of(exclude.begin(), exclude.end(), held);
 }
 
+Status KeySelection::checkPrefixes() const {
+  for (const auto *list : {&only, &exclude})
+    for (const std::string &prefix : *list) {
+      const char *what = list == &only ? "only" : "exclude";
+      if (prefix.empty())
+        return makeError(std::string("an empty ") + what +
+                             " prefix (an unset variable?): it would hold every key",
+                         ErrorKind::InvalidArgument);
+      if (prefix.find_first_of("*?[") != std::string::npos)
+        return makeError(std::string(what) + " prefix '" + printable(prefix) +
+                             "' has a glob character: prefixes are plain key prefixes "
+                             "('model' holds model.*)",
+                         ErrorKind::InvalidArgument);
+    }
+  return Status::success();
+}
+
+Status KeySelection::checkAgainst(const std::vector<std::string> &keys) const {
+  if (Status status = checkPrefixes(); !status)
+    return status;
+  // What the checkpoint does hold, for the message: its keys' first names.
+  auto has = [&]() {
+    std::map<std::string, size_t> tops;
+    for (const std::string &key : keys)
+      ++tops[key.substr(0, key.find('.'))];
+    std::string text;
+    for (const auto &[top, count] : tops) {
+      if (text.size() > 160) {
+        text += ", ...";
+        break;
+      }
+      text += (text.empty() ? "" : ", ") + printable(top) + " (" + std::to_string(count) +
+              (count == 1 ? " key)" : " keys)");
+    }
+    return "the checkpoint holds keys under " + (text.empty() ? std::string("nothing") : text);
+  };
+  for (const std::string &prefix : only)
+    if (std::none_of(keys.begin(), keys.end(),
+                     [&](const std::string &key) { return holds(prefix, key); }))
+      return makeError("only prefix '" + printable(prefix) + "' holds no key: " + has(),
+                       ErrorKind::InvalidArgument);
+  if (std::none_of(keys.begin(), keys.end(), [&](const std::string &key) { return selects(key); }))
+    return makeError("the selection leaves no key to load (every key is excluded): " + has(),
+                     ErrorKind::InvalidArgument);
+  return Status::success();
+}
+
 Result<LoadResult> loadCheckpoint(const plan::RankPlan &plan, RankBuffers &buffers,
                                   const std::string &dir, Communicator &comm, Storage &storage,
                                   const LoadOptions &options) {
   if (!options.keys.all()) {
+    // A selection that holds nothing fails on every rank (a checkpoint that
+    // does not open is reported by the load below).
+    Status selection = options.keys.checkPrefixes();
+    if (selection) {
+      ReaderOptions keysOnly;
+      keysOnly.useChunkIndex = true;
+      if (Result<std::unique_ptr<CheckpointReader>> reader =
+              CheckpointReader::open(dir, storage, keysOnly)) {
+        std::vector<std::string> keys = (*reader)->tensorKeys();
+        for (std::string &key : (*reader)->bytesKeys())
+          keys.push_back(std::move(key));
+        selection = options.keys.checkAgainst(keys);
+      }
+    }
+    if (Status agreed = agree(comm, selection, options.root); !agreed)
+      return propagate(agreed,
+                       "load from " + printable(trimSlashes(dir)) + ": " + agreed.error());
     // The plan's reads of the keys selected, the same buffers.
     plan::RankPlan selected;
     selected.rank = plan.rank;
@@ -315,8 +351,8 @@ Result<LoadResult> loadCheckpoint(const plan::RankPlan &plan, RankBuffers &buffe
       if (!planned)
         status = propagate(planned, "the plan's keys: " + planned.error());
       else
-        listed = encodeKeys(
-            loader->unplannedTensors(plan.reads, *planned, LoadResult::kMaxTensorItemBytes));
+        listed = encodeStrings(
+            loader->unplannedTensors(plan.reads, *planned));
     }
   } catch (const std::bad_alloc &) {
     status = makeError("out of memory while reading " + printable(trimSlashes(dir)), ErrorKind::IO,
@@ -358,9 +394,9 @@ Result<LoadResult> loadCheckpoint(const plan::RankPlan &plan, RankBuffers &buffe
     Status read = received ? Status::success() : Status(received.failure());
     try {
       Result<std::vector<std::string>> keys =
-          received ? decodeKeys(*received) : Result<std::vector<std::string>>(received.failure());
+          received ? decodeStrings(*received) : Result<std::vector<std::string>>(received.failure());
       Result<std::map<std::string, LiveItem>> tensors =
-          keys ? loader->tensorItems(*keys, LoadResult::kMaxTensorItemBytes)
+          keys ? loader->tensorItems(*keys, LoadResult::kMaxForeignTensorItemBytes)
                : Result<std::map<std::string, LiveItem>>(keys.failure());
       if (!tensors)
         read = tensors.failure();

@@ -463,10 +463,10 @@ public:
   /// What the committing rank lists for LoadResult::tensorItems: every
   /// tensor of the checkpoint that neither `planned` (sorted; null: none)
   /// nor this rank's `reads` (pieces and steps) name, saved as one chunk of
-  /// at most `maxBytes`.
+  /// at most kMaxLiveItemBytes (the most a live item holds).
   std::vector<std::string> unplannedTensors(const std::vector<plan::ReadItem> &reads,
-                                            const std::vector<std::string> *planned,
-                                            uint64_t maxBytes) const {
+                                            const std::vector<std::string> *planned) const {
+    const uint64_t maxBytes = kMaxLiveItemBytes;
     std::unordered_set<std::string> read;
     for (const plan::ReadItem &item : reads)
       if (item.source == plan::ItemSource::Buffer || item.source == plan::ItemSource::Step)
@@ -483,17 +483,19 @@ public:
   }
 
   /// The tensors `keys` (unplannedTensors' list) where each is saved as one
-  /// chunk covering it of at most `maxBytes`: dtype, shape and C-order
-  /// data, checked as every item is. Others are skipped.
+  /// chunk covering it: dtype, shape and C-order data, checked as every
+  /// item is. Live items (ours, in kLiveFileName) come back whatever their
+  /// size, others (a PyTorch job's) when at most `maxForeignBytes`: every
+  /// rank reads them all. Others are skipped.
   Result<std::map<std::string, LiveItem>> tensorItems(const std::vector<std::string> &keys,
-                                                      uint64_t maxBytes) {
+                                                      uint64_t maxForeignBytes) {
     std::map<std::string, LiveItem> out;
     for (const std::string &key : keys) {
       std::optional<KeyInfo> info = reader_.keyInfo(key);
       if (!info || info->isBytes || info->chunkCount != 1)
         continue;
       uint64_t bytes = tensorBytes(*info);
-      if (bytes > maxBytes)
+      if (bytes > kMaxLiveItemBytes)
         continue;
       Result<std::vector<SavedChunk>> chunks = reader_.chunksOf(key);
       if (!chunks)
@@ -501,6 +503,9 @@ public:
       if (chunks->size() != 1)
         continue;
       const SavedChunk &chunk = chunks->front();
+      uint64_t maxBytes = chunk.file == kLiveFileName ? kMaxLiveItemBytes : maxForeignBytes;
+      if (bytes > maxBytes)
+        continue;
       if (chunk.sizes != info->shape || chunk.offsets.size() != info->shape.size() ||
           std::any_of(chunk.offsets.begin(), chunk.offsets.end(),
                       [](int64_t offset) { return offset != 0; }))

@@ -228,6 +228,15 @@ public:
     out.inode = info.st_ino;
     return out;
   }
+  Result<std::string> readLink(const std::string &path) override {
+    char target[PATH_MAX];
+    ssize_t length = ::readlink(path.c_str(), target, sizeof target);
+    if (length < 0)
+      return errnoError(path, "cannot read the link", errno);
+    if (static_cast<size_t>(length) >= sizeof target)
+      return errnoError(path, "cannot read the link", ENAMETOOLONG);
+    return std::string(target, static_cast<size_t>(length));
+  }
   Result<std::vector<std::string>> listDir(const std::string &path) override {
     DIR *dir = ::opendir(path.c_str());
     if (!dir)
@@ -368,6 +377,7 @@ public:
   Result<std::string> realPath(const std::string &path) override { return base_->realPath(path); }
   bool exists(const std::string &path) override { return base_->exists(path); }
   Result<PathStatus> status(const std::string &path) override { return base_->status(path); }
+  Result<std::string> readLink(const std::string &path) override { return base_->readLink(path); }
   Result<std::vector<std::string>> listDir(const std::string &path) override {
     return base_->listDir(path);
   }

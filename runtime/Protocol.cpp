@@ -67,6 +67,51 @@ Status agree(Communicator &comm, const Status &local, int64_t root) {
   return agreeThenDecide(comm, local, "", root, nullptr);
 }
 
+Result<std::string> decideOnRoot(Communicator &comm, int64_t root,
+                                 const std::function<Result<std::string>()> &decide) {
+  std::string outcome;
+  if (comm.rank() == root) {
+    Result<std::string> decided = decide();
+    outcome = decided ? encodeOutcome(Status::success(), *decided)
+                      : encodeOutcome(Status(decided.failure()));
+  }
+  Result<std::string> shared = comm.broadcast(outcome, root);
+  if (!shared)
+    return shared.failure();
+  Outcome received = decodeOutcome(*shared);
+  if (!received.status)
+    return received.status.failure();
+  return received.payload;
+}
+
+std::string encodeStrings(const std::vector<std::string> &strings) {
+  std::string out;
+  for (const std::string &text : strings) {
+    uint32_t length = static_cast<uint32_t>(text.size());
+    for (int shift = 0; shift < 32; shift += 8)
+      out.push_back(static_cast<char>((length >> shift) & 0xFF));
+    out += text;
+  }
+  return out;
+}
+
+Result<std::vector<std::string>> decodeStrings(const std::string &bytes) {
+  std::vector<std::string> strings;
+  for (size_t at = 0; at < bytes.size();) {
+    if (bytes.size() - at < 4)
+      return makeError("a list sent between ranks is truncated", ErrorKind::Internal);
+    uint32_t length = 0;
+    for (int i = 0; i < 4; ++i)
+      length |= uint32_t(static_cast<uint8_t>(bytes[at + i])) << (8 * i);
+    at += 4;
+    if (bytes.size() - at < length)
+      return makeError("a list sent between ranks is truncated", ErrorKind::Internal);
+    strings.push_back(bytes.substr(at, length));
+    at += length;
+  }
+  return strings;
+}
+
 Result<std::vector<TransferStats>> gatherStats(Communicator &comm, const TransferStats &stats,
                                                int64_t root) {
   char line[320];

@@ -174,8 +174,9 @@ Status commitStaged(Storage &storage, const std::string &staging, const std::str
   const ExistingTarget &existing = *found;
   if (existing.exists) {
     for (const std::string &name : existing.carried)
-      if (Status status = storage.link(target + "/" + name, staging + "/" + name); !status)
-        return status;
+      if (!storage.exists(staging + "/" + name)) // what the new one brings wins (--hf-config)
+        if (Status status = storage.link(target + "/" + name, staging + "/" + name); !status)
+          return status;
     if (Status status = storage.setMode(staging, existing.mode); !status)
       return status;
     if (Status status = storage.exchange(staging, target); !status)

@@ -1,4 +1,4 @@
-//===- Verify.cpp - Check every byte of a checkpoint ----------------------===//
+//===- Verify.cpp - Check the bytes of a checkpoint -----------------------===//
 #include "fsdp/Runtime/Checkpoint.h"
 #include "fsdp/Runtime/CheckpointReader.h"
 #include "RuntimeSupport.h"
@@ -8,12 +8,24 @@
 namespace fsdp {
 namespace runtime {
 
-Status verifyCheckpoint(const std::string &dir, Storage &storage, std::string &report) {
+const char *verifyVerdict(VerifyCoverage coverage) {
+  // A PyTorch checkpoint has no digest of what lies between its zip records
+  // (headers, the central directory): only the records' CRCs are checked.
+  return coverage == VerifyCoverage::EveryByte
+             ? "every byte is covered and matches"
+             : "every record's CRC matches; bytes between records are not covered without "
+               ".fsdp-index";
+}
+
+Status verifyCheckpoint(const std::string &dir, Storage &storage, std::string &report,
+                        VerifyCoverage *coverage) {
   DirIdentity identity = identityOf(storage, dir);
   try {
     Result<std::unique_ptr<CheckpointReader>> reader = CheckpointReader::open(dir, storage);
     if (!reader)
       return explainIfReplaced(storage, dir, identity, reader.failure());
+    if (coverage)
+      *coverage = (*reader)->index() ? VerifyCoverage::EveryByte : VerifyCoverage::RecordCrcs;
     Status verified = (*reader)->verifyAll(report);
     Status explained = explainIfReplaced(storage, dir, identity, verified);
     if (!verified && !explained.error().empty() && explained.error() != verified.error())

@@ -3,7 +3,8 @@ source="hf") and fm.torch.load_pretrained read safetensors (written here by the 
 package and by transformers' save_pretrained, no hub) into the packed layout, each value equal
 to the file's cast to the main-weight dtype, optimizer state zero with step 0; a Megatron-FSDP
 model on FSDP 4 and HSDP 2x2 loads a transformers Llama, trains one step, and its export loads
-back into transformers. Errors: a tensor missing, another shape, a dtype that does not cast,
+back into transformers; a hub cache's snapshot (links into its blobs, no hub access) loads,
+other links out are refused. Errors: a tensor missing, another shape, a dtype that does not cast,
 hostile files, bad key maps. Also load(only=/exclude=) on DCP checkpoints."""
 
 import importlib
@@ -160,6 +161,108 @@ def test_only_and_exclude(tmp_path, plan1):
         ck.load(tmp_path / "ck", only=[""])
     with pytest.raises(ValueError, match="only/exclude select keys of a DCP checkpoint"):
         ck.load(tmp_path / "ck", source="hf", exclude=["optimizer"])
+
+
+# ---------------------------------------------------------------------------------------------
+# A Hugging Face hub cache (what huggingface_hub.snapshot_download leaves)
+
+HUB_REV = "89abcdef0123456789abcdef0123456789abcdef"
+
+
+def _hub_snapshot(root, files):
+    """<root>/models--t--tiny as huggingface_hub lays out its cache: each of `files` ({name:
+    bytes}) a blob named by its sha256, linked from snapshots/<rev>/<name> by the relative
+    link ../../blobs/<sha256>; returns the snapshot directory."""
+    import hashlib
+    repo = root / "models--t--tiny"
+    (repo / "blobs").mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(HUB_REV)
+    snapshot = repo / "snapshots" / HUB_REV
+    snapshot.mkdir(parents=True)
+    for name, data in files.items():
+        sha = hashlib.sha256(data).hexdigest()
+        (repo / "blobs" / sha).write_bytes(data)
+        os.symlink(os.path.join("..", "..", "blobs", sha), snapshot / name)
+    return snapshot
+
+
+def _sharded_files(tensors, names_per_shard):
+    files, weight_map = {}, {}
+    for i, names in enumerate(names_per_shard):
+        file = f"model-{i + 1:05d}-of-{len(names_per_shard):05d}.safetensors"
+        files[file] = safetensors_torch.save({n: tensors[n].contiguous() for n in names},
+                                             metadata={"format": "pt"})
+        weight_map.update({n: file for n in names})
+    import json
+    files["model.safetensors.index.json"] = json.dumps(
+        {"metadata": {}, "weight_map": weight_map}).encode()
+    files["config.json"] = b'{"model_type": "test"}'
+    return files
+
+
+def test_hub_snapshot_loads_and_foreign_links_are_refused(tmp_path, plan1):
+    weights = _weights(2)
+    snapshot = _hub_snapshot(tmp_path / "hub", _sharded_files(weights, [["p0"], ["p1", "p2"]]))
+    assert os.readlink(snapshot / "model.safetensors.index.json").startswith("../../blobs/")
+    ck = _ck(plan1)
+    ck.fill(3)
+    ck.load(snapshot, source="hf")
+    for fqn, (g, off, shape) in _members(ck).items():
+        assert torch.equal(_main(ck, g, off, shape), weights[fqn].float()), fqn
+    assert fm.hf_tensors(snapshot)["p1"] == ("bfloat16", (7,), "model-00002-of-00002.safetensors")
+    # Refused, as an invalid argument naming the link and where it leads: a link out of
+    # blobs/, a blob that is itself a link, a chain of links in the snapshot.
+    outside = tmp_path / "outside.safetensors"
+    outside.write_bytes(safetensors_torch.save(weights))
+    single = _hub_snapshot(tmp_path / "out", {"model.safetensors": b"unused"})
+    os.unlink(single / "model.safetensors")
+    os.symlink(os.path.join("..", "..", "..", "outside.safetensors"), single / "model.safetensors")
+    with pytest.raises(ValueError, match=r"model.safetensors -> \.\./\.\./\.\./outside.safetensors: "
+                                         r"refused: a hub snapshot's links are followed only "
+                                         r"straight to a regular file in .*blobs, and this one "
+                                         r"leads to .*outside.safetensors"):
+        ck.load(single, source="hf")
+    with pytest.raises(ValueError, match="refused"):
+        fm.hf_tensors(single)
+    chained = _hub_snapshot(tmp_path / "blob-link", {"model.safetensors": b"x"})
+    blob = os.path.realpath(chained / "model.safetensors")
+    os.unlink(blob)
+    os.symlink(str(outside), blob)
+    with pytest.raises(ValueError, match="is itself a symbolic link"):
+        ck.load(chained, source="hf")
+    # Outside a hub snapshot any link out of the directory is refused the same way.
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    os.symlink(str(outside), plain / "model.safetensors")
+    with pytest.raises(ValueError, match="a symbolic link out of the model directory"):
+        ck.load(plain, source="hf")
+
+
+def test_load_pretrained_from_a_hub_snapshot(tmp_path):
+    import torch_packing as tp
+    from fsdp_mlir import torch as fmt
+    torch.manual_seed(0)
+    model = tp.TinyLlama()
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+    d = fmt.describe(model, units=tp.llama_units(model), mesh={"dp": 1}, optimizer=opt)
+    plan, layout = tp.compile_model(d, str(tmp_path / "plan"))
+    packed = tp.pack(model, layout, 0)
+    tp.fill(packed, 9)  # weights and moments a pretrained load must replace
+    packed.attach(plan)
+    # The pretrained model: other values, tied lm_head saved once (as transformers does).
+    torch.manual_seed(1)
+    source = tp.TinyLlama()
+    tensors = {n: p.detach().clone() for n, p in source.named_parameters()}
+    names = sorted(tensors)
+    snapshot = _hub_snapshot(tmp_path / "hub", _sharded_files(
+        tensors, [names[: len(names) // 2], names[len(names) // 2:]]))
+    fmt.load_pretrained(packed.model, snapshot, packed.optimizer)
+    for name, p in packed.model.named_parameters():
+        assert torch.equal(p.detach().float(), tensors[name].float()), name
+    for st in packed.optimizer.state.values():
+        assert not st["exp_avg"].any() and not st["exp_avg_sq"].any()
+        assert float(st["step"]) == 0.0
 
 
 # ---------------------------------------------------------------------------------------------

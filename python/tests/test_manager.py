@@ -222,3 +222,162 @@ def test_a_megatron_job_resumes_from_latest(tmp_path, monkeypatch):
     tp.spawn(resume_latest_worker, 2, root, out)
     fresh = fm.CheckpointManager(tmp_path / "empty")
     assert fresh.load_latest(None, None) is None
+
+
+def _damage(directory, kind):
+    """Breaks what a load of `directory` needs, as a lost or cut file or a flipped byte does."""
+    files = sorted(n for n in os.listdir(directory) if n.endswith(".distcp"))
+    if kind == "missing":
+        os.remove(os.path.join(directory, files[-1]))
+    elif kind == "truncated":
+        path = os.path.join(directory, files[-1])
+        os.truncate(path, os.path.getsize(path) - 100)
+    elif kind == "chunk-records":
+        path = os.path.join(directory, ".fsdp-chunks")
+        with open(path, "r+b") as f:
+            f.seek(os.path.getsize(path) - 40)  # the last record, past the directory
+            byte = f.read(1)
+            f.seek(-1, os.SEEK_CUR)
+            f.write(bytes([byte[0] ^ 0x5A]))
+
+
+@pytest.mark.parametrize("kind", ["missing", "truncated", "chunk-records"])
+def test_a_newest_that_cannot_load_is_not_latest_nor_kept_for_good(tmp_path, plan1, kind):
+    """The newest step-<N> lost a data file, has a truncated one or a damaged chunk index:
+    latest() is the one before it, and retention keeps that one (nothing left to resume from
+    was the defect)."""
+    ck = _ck(plan1)
+    root = tmp_path / "job"
+    manager = fm.CheckpointManager(root, keep_latest_k=1)
+    for step in (1, 2):
+        ck.fill(step)
+        ck.save(manager.path(step))
+    _damage(manager.path(2), kind)
+    listed = {c["step"]: c for c in manager.checkpoints()}
+    assert listed[1]["good"] and not listed[2]["good"], listed
+    assert listed[2]["problem"]
+    with pytest.raises(fm.CheckpointError):
+        ck.load(manager.path(2))
+    assert manager.latest() == manager.path(1)
+    assert manager.prune() == []
+    assert manager.steps() == [1, 2]
+    ck.fill(0)
+    ck.load(manager.latest())
+    ck.check(1)
+
+
+def test_model_only_checkpoints_and_the_newest_full_one(tmp_path, plan1):
+    ck = _ck(plan1)
+    manager = fm.CheckpointManager(tmp_path / "job", keep_latest_k=1)
+    ck.fill(1)
+    manager.save(ck, step=1)
+    ck.fill(2)
+    manager.save(ck, step=2, model_only=True)
+    # The model-only one is the newest good one; the full one stays for a resume.
+    assert manager.latest() == manager.path(2)
+    assert manager.latest(full=True) == manager.path(1)
+    assert manager.steps() == [1, 2]
+    assert [c["full"] for c in manager.checkpoints()] == [True, False]
+    ck.fill(3)
+    manager.save(ck, step=3)
+    assert manager.steps() == [3] and manager.latest(full=True) == manager.path(3)
+
+
+def test_steps_and_counts_are_bounded(tmp_path, plan1):
+    manager = fm.CheckpointManager(tmp_path / "job", keep_latest_k=10**6)
+    assert manager.path(10**18 - 1).endswith("step-999999999999999999")
+    ck = _ck(plan1)
+    for bad in (10**18, 2**70, -1):
+        with pytest.raises(ValueError, match="step must be an integer from 0 to"):
+            manager.save(ck, step=bad)
+    assert manager.steps() == []
+    for bad in (2**70, 10**6 + 1):
+        with pytest.raises(ValueError, match="keep_latest_k must be an integer from 1 to"):
+            fm.CheckpointManager(tmp_path / "job", keep_latest_k=bad)
+    for bad in (0, 2**70):
+        with pytest.raises(ValueError, match="keep must be an integer from 1 to"):
+            manager.prune(keep=bad)
+    # The largest step is a step of the job like any other.
+    ck.fill(4)
+    manager.save(ck, step=10**18 - 1)
+    assert manager.latest() == manager.path(10**18 - 1)
+
+
+_MPI_JOB = textwrap.dedent("""
+    import os, sys
+    import fsdp_mlir as fm
+    plan, root, saves = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    ck = fm.Checkpointer(plan, comm="mpi")
+    ck.allocate()
+    manager = fm.CheckpointManager(root, keep_latest_k=1)  # MPI_COMM_WORLD: found by itself
+    for step in range(1, saves + 1):
+        ck.fill(step)
+        manager.save(ck, step=step)
+        assert manager.steps() == [step], (ck.rank, step, manager.steps())
+    assert manager.latest() == manager.path(saves)
+    # Ranks that name different roots are refused on every rank.
+    try:
+        fm.CheckpointManager(f"{root}-{ck.rank}")
+    except ValueError as e:
+        print(f"rank {ck.rank} refused: {e}", flush=True)
+    print(f"rank {ck.rank} ok", flush=True)
+""")
+
+
+def test_mpi_ranks_decide_once(tmp_path, plans):
+    """The ranks of an MPI job (comm="mpi", no torch.distributed): rank 0 alone decides
+    retention and tells the other; 30 saves with keep 1 never race (they did: NotFound
+    .step-N.deleting after the commit, the other rank left waiting)."""
+    import shutil
+    if not fm.mpi_built or not shutil.which("mpirun"):
+        pytest.fail("this test needs MPI (the build has it and mpirun is on PATH in CI)")
+    script = tmp_path / "job.py"
+    script.write_text(_MPI_JOB)
+    root = tmp_path / "job"
+    run = subprocess.run(
+        ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", sys.executable,
+         str(script), plans("worked-example", 2), str(root), "30"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300,
+        env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert run.returncode == 0, run.stdout
+    for rank in (0, 1):
+        assert f"rank {rank} ok" in run.stdout, run.stdout
+        assert f"rank {rank} refused" in run.stdout, run.stdout
+    assert "every rank of a job must name one directory" in run.stdout
+    assert sorted(os.listdir(root)) == ["step-30"]
+
+
+_ONE_OF_TWO_JOBS = textwrap.dedent("""
+    import sys
+    import fsdp_mlir as fm
+    plan, root, first = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    ck = fm.Checkpointer(plan)
+    ck.allocate()
+    manager = fm.CheckpointManager(root, keep_latest_k=1)
+    for step in range(first, first + 40, 2):
+        ck.fill(step)
+        manager.save(ck, step=step)
+""")
+
+
+def test_two_jobs_on_one_root_take_turns(tmp_path, plan1):
+    """Two processes, each its own job, save into one root with keep 1: their prunes take
+    turns under the root's lock, so neither fails, and what is left loads."""
+    script = tmp_path / "one.py"
+    script.write_text(_ONE_OF_TWO_JOBS)
+    root = tmp_path / "job"
+    jobs = [subprocess.Popen([sys.executable, str(script), str(plan1), str(root), str(first)],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            for first in (1, 2)]
+    for job in jobs:
+        out, _ = job.communicate(timeout=300)
+        assert job.returncode == 0, out
+    manager = fm.CheckpointManager(root, keep_latest_k=1)
+    latest = manager.latest()
+    assert latest is not None
+    step = int(os.path.basename(latest)[len("step-"):])
+    assert step >= 39
+    ck = _ck(plan1)
+    ck.load(latest)
+    ck.check(step)
+    assert not [n for n in os.listdir(root) if n.endswith(".deleting")]

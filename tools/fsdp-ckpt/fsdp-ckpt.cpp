@@ -334,7 +334,9 @@ int run(int argc, char **argv) {
   }
 
   std::string verifyDir;
-  CLI::App *verify = app.add_subcommand("verify", "Check every byte of a checkpoint");
+  CLI::App *verify = app.add_subcommand(
+      "verify", "Check a checkpoint: every byte against its .fsdp-index (PyTorch's, without "
+                "one: every zip record's CRC)");
   verify->add_option("dir", verifyDir, "Checkpoint directory")->required();
 
   std::string inspectDir;
@@ -358,7 +360,12 @@ int run(int argc, char **argv) {
       ->check(CLI::IsMember({"bf16", "f16", "f32"}));
   exporter->add_option("--max-shard-size", maxShardSize,
                        "Tensor bytes per file at most (5GB = 5e9, 2GiB = 2^30)");
-  exporter->add_flag("--overwrite", exportOverwrite, "Replace an existing output atomically");
+  exporter->add_flag("--overwrite", exportOverwrite,
+                     "Replace an existing output atomically (its other plain files are kept)");
+  std::string exportHfConfig;
+  exporter->add_option("--hf-config", exportHfConfig,
+                       "A Hugging Face model directory (a hub snapshot too): copy its "
+                       "config.json, generation_config.json and tokenizer files into the export");
 
   std::string jobRoot;
   CLI::App *lister = app.add_subcommand(
@@ -370,7 +377,7 @@ int run(int argc, char **argv) {
   pruner->add_option("root", jobRoot, "The job's checkpoint directory")->required();
   pruner->add_option("--keep", keep, "How many of the newest good checkpoints stay")
       ->required()
-      ->check(CLI::Range(int64_t(1), int64_t(1) << 40));
+      ->check(CLI::Range(int64_t(1), kMaxKeep));
   std::string pruneFault;
   pruner->add_option("--inject-fault", pruneFault,
                      "Testing: OP:N:ERRNO|KILL, e.g. rename:1:KILL (before the first removal)");
@@ -413,6 +420,7 @@ int run(int argc, char **argv) {
   if (exporter->parsed()) {
     ExportOptions options;
     options.overwrite = exportOverwrite;
+    options.hfConfigDir = exportHfConfig;
     if (!exportDType.empty())
       options.dtype = exportDType == "bf16"  ? dcp::DType::BFloat16
                       : exportDType == "f16" ? dcp::DType::Float16
@@ -435,6 +443,12 @@ int run(int argc, char **argv) {
                 exported->seconds,
                 exported->seconds > 0 ? exported->bytes / exported->seconds / 1e9 : 0.0,
                 gigabytes(static_cast<double>(exported->largestTensorBytes)).c_str());
+    if (!exported->configFiles.empty()) {
+      std::string names;
+      for (const std::string &name : exported->configFiles)
+        names += (names.empty() ? "" : ", ") + name;
+      std::printf("copied from %s: %s\n", printable(exportHfConfig).c_str(), names.c_str());
+    }
     return 0;
   }
   if (lister->parsed() || pruner->parsed()) {
@@ -455,21 +469,27 @@ int run(int argc, char **argv) {
     Result<std::vector<JobCheckpoint>> listed = listJobCheckpoints(jobRoot, *storage);
     if (!listed)
       return fail(nullptr, "list", listed.failure());
-    const JobCheckpoint *latest = nullptr;
-    for (const JobCheckpoint &checkpoint : *listed) {
-      if (checkpoint.good)
-        latest = &checkpoint;
+    for (const JobCheckpoint &checkpoint : *listed)
       std::cout << "step " << checkpoint.step << "  " << printable(checkpoint.path) << "  "
-                << (checkpoint.good ? "good" : "damaged: " + printable(checkpoint.problem))
+                << (!checkpoint.good ? "damaged: " + printable(checkpoint.problem)
+                    : checkpoint.full ? std::string("good")
+                                      : std::string("good (model only)"))
                 << "\n";
-    }
-    std::cout << "latest: " << (latest ? printable(latest->path) : std::string("none")) << "\n";
+    auto show = [](const std::optional<JobCheckpoint> &found) {
+      return found ? printable(found->path) : std::string("none");
+    };
+    std::optional<JobCheckpoint> latest = latestJobCheckpoint(*listed, false);
+    std::cout << "latest: " << show(latest) << "\n";
+    if (latest && !latest->full)
+      std::cout << "latest with optimizer state: " << show(latestJobCheckpoint(*listed, true))
+                << "\n";
     return 0;
   }
   if (verify->parsed()) {
     std::unique_ptr<Storage> storage = createPosixStorage();
     std::string problems;
-    Status status = verifyCheckpoint(verifyDir, *storage, problems);
+    VerifyCoverage coverage = VerifyCoverage::RecordCrcs;
+    Status status = verifyCheckpoint(verifyDir, *storage, problems, &coverage);
     // One line per problem, each escaped, then the verdict.
     for (size_t begin = 0, end; begin < problems.size(); begin = end + 1) {
       end = problems.find('\n', begin);
@@ -479,7 +499,7 @@ int run(int argc, char **argv) {
     }
     if (!status)
       return fail(nullptr, "verify", status.failure());
-    std::cout << "verified " << printable(verifyDir) << ": every byte is covered and matches\n";
+    std::cout << "verified " << printable(verifyDir) << ": " << verifyVerdict(coverage) << "\n";
     return 0;
   }
 

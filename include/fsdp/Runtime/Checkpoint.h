@@ -110,10 +110,19 @@ inline uint64_t defaultStagingBytes(unsigned threads) {
 /// (every key when empty) and under none of `exclude`. A prefix holds the
 /// key it names and every key below it: "optimizer" and "optimizer." both
 /// hold optimizer.state.w.exp_avg; "model.w" holds model.w alone.
+/// Prefixes are plain: no glob ("model.*" is refused with a hint), none
+/// empty. A load with a selection fails (kind InvalidArgument) when an
+/// `only` prefix holds no key of the checkpoint, or when the selection
+/// leaves no key at all (an `exclude` of everything): a typo never loads
+/// nothing and succeeds.
 struct KeySelection {
   std::vector<std::string> only, exclude;
   bool selects(const std::string &key) const;
   bool all() const { return only.empty() && exclude.empty(); }
+  /// Every prefix is non-empty and plain.
+  Status checkPrefixes() const;
+  /// checkPrefixes, then the selection against the checkpoint's keys.
+  Status checkAgainst(const std::vector<std::string> &keys) const;
 };
 
 struct SaveOptions {
@@ -222,12 +231,15 @@ struct LoadResult {
   /// The checkpoint's bytes items (hyper-parameters), by key: what a
   /// reshard carries over.
   std::map<std::string, std::string> bytesItems;
-  /// Every tensor of the checkpoint that the plan does not save (live
-  /// tensor items, say; LoadOptions::plannedKeys), when saved as one chunk
-  /// covering it of at most kMaxTensorItemBytes, read and checked: its
-  /// dtype, shape and raw C-order data. Larger or chunked ones are skipped.
+  /// Every tensor of the checkpoint that the plan does not save
+  /// (LoadOptions::plannedKeys), when saved as one chunk covering it, read
+  /// and checked: its dtype, shape and raw C-order data. Live tensor items
+  /// (what a save wrote beside the plan: at most kMaxLiveItemBytes each)
+  /// come back whatever their size; another writer's (a PyTorch job's
+  /// buffers, say) only up to kMaxForeignTensorItemBytes, since every rank
+  /// reads them. Larger or chunked ones are skipped.
   std::map<std::string, LiveItem> tensorItems;
-  static constexpr uint64_t kMaxTensorItemBytes = uint64_t(64) << 20;
+  static constexpr uint64_t kMaxForeignTensorItemBytes = uint64_t(64) << 20;
 };
 
 Result<TransferStats> saveCheckpoint(const plan::PlanFile &planFile, const plan::RankPlan &plan,
@@ -253,7 +265,15 @@ Status checkAgainstSeed(const plan::RankPlan &plan, const RankBuffers &buffers, 
 /// the zip CRCs of every item. Also every tensor item's header against
 /// `.metadata`, and that each tensor's chunks tile it without overlap. One
 /// line per problem in `report`; fails when any problem was found.
-Status verifyCheckpoint(const std::string &dir, Storage &storage, std::string &report);
+/// `coverage`, when given, hears what the byte checks covered.
+enum class VerifyCoverage {
+  EveryByte,  // against `.fsdp-index`: items, padding, trailing bytes
+  RecordCrcs, // no `.fsdp-index`: each zip record's CRC; bytes between records unchecked
+};
+Status verifyCheckpoint(const std::string &dir, Storage &storage, std::string &report,
+                        VerifyCoverage *coverage = nullptr);
+/// The verdict of a verify that passed, saying what it covered.
+const char *verifyVerdict(VerifyCoverage coverage);
 
 } // namespace runtime
 } // namespace fsdp

@@ -208,6 +208,18 @@ public:
   /// there was any. Needs a reader opened without useChunkIndex.
   Status verifyAll(std::string &report);
 
+  /// Whether a load of this checkpoint would find what it reads, checked
+  /// without reading its items: `.metadata` agrees with `.fsdp-index` and
+  /// `.fsdp-chunks` (length and checksum), the chunk index is whole (every
+  /// record block against its checksum), and every data file named exists
+  /// with at least the bytes its items end at. The job root's rule for a
+  /// good checkpoint (JobRoot.h). Fails (kind Corrupt or NotFound) naming
+  /// the first problem.
+  Status checkLoadable();
+  /// True when some key is optimizer state (`optimizer.`): false for a
+  /// model-only checkpoint.
+  bool hasOptimizerState() const;
+
   /// directory/name, for messages (name escaped).
   std::string pathOf(const std::string &name) const;
 

@@ -9,8 +9,12 @@
 // read, so memory stays at about one tensor (two when cast). Shards of at
 // most `maxShardBytes` of tensor data, `model-0000i-of-0000n.safetensors`
 // with `model.safetensors.index.json`, or one `model.safetensors`. Tied
-// parameters keep one entry per name, as the checkpoint has them. The output
-// is written into a staging directory beside OUT and renamed into place.
+// parameters keep one entry per name, as the checkpoint has them. With
+// `hfConfigDir` (--hf-config), the model's config.json, generation config and
+// tokenizer files are copied in from a Hugging Face model directory (a hub
+// snapshot too), so that transformers' from_pretrained(OUT) loads it: the
+// checkpoint itself records no such directory. The output is written into a
+// staging directory beside OUT and renamed into place.
 //
 //===----------------------------------------------------------------------===//
 #ifndef FSDP_RUNTIME_EXPORT_H
@@ -32,8 +36,20 @@ struct ExportOptions {
   uint64_t maxShardBytes = 5'000'000'000;
   bool overwrite = false;
   bool verifyChecksums = true;
+  /// A Hugging Face model directory whose config.json (required) and, where
+  /// present, the other kHfConfigFiles are copied into the export: regular
+  /// files only (a hub snapshot's links to its blobs followed, no other link
+  /// out), each at most kMaxHfConfigFileBytes. They replace files of those
+  /// names that an --overwrite would keep. Empty: none copied.
+  std::string hfConfigDir;
   ProgressCallback progress;
 };
+
+/// What --hf-config copies: the config, the generation config and the
+/// tokenizer files transformers reads beside the weights.
+extern const char *const kHfConfigFiles[];
+extern const size_t kHfConfigFileCount;
+constexpr uint64_t kMaxHfConfigFileBytes = uint64_t(256) << 20;
 
 struct ExportResult {
   uint64_t tensors = 0;
@@ -41,6 +57,7 @@ struct ExportResult {
   uint64_t largestTensorBytes = 0; // what the export held at most (per copy)
   uint64_t bytesReadStorage = 0;
   std::vector<std::string> files;
+  std::vector<std::string> configFiles; // copied from hfConfigDir
   double seconds = 0;
 };
 

@@ -13,7 +13,11 @@
 // the files hold.
 //
 // Every file is hostile (Safetensors.h checks each header); files are
-// opened through Storage only, by plain names from the index. A tensor the
+// opened through Storage only, by plain names from the index. A symbolic
+// link out of the directory is refused (InvalidArgument), except in a
+// Hugging Face hub snapshot (`<repo>/snapshots/<rev>`, beside
+// `<repo>/blobs/`, what huggingface_hub's cache holds): there a link
+// straight to a regular file in `<repo>/blobs/` is followed. A tensor the
 // plan needs and the files lack, or one whose shape or dtype does not fit,
 // is an Incompatible error naming it, before any data is read.
 //
@@ -36,6 +40,23 @@ namespace runtime {
 /// The files a single-file model and a sharded one are found by.
 constexpr const char *kHfSingleFile = "model.safetensors";
 constexpr const char *kHfIndexFile = "model.safetensors.index.json";
+
+/// A Hugging Face model directory, resolved: what decides which of its
+/// files' links are followed.
+struct HfDirectory {
+  std::string dir;     // as given, trailing slashes trimmed
+  std::string realDir; // every link resolved
+  std::string blobs;   // a hub snapshot's <repo>/blobs (real), or empty
+
+  /// `dir` checked (a directory, or a link to one: else NotFound or
+  /// InvalidArgument) and resolved.
+  static Result<HfDirectory> open(const std::string &dir, Storage &storage);
+  /// The path the file `name` (a plain name) is opened at: dir/name, or for
+  /// a hub snapshot's link the blob it leads to. Any other link out of the
+  /// directory is an InvalidArgument error naming the link and where it
+  /// leads; a link to nothing is NotFound.
+  Result<std::string> sourcePath(const std::string &name, Storage &storage) const;
+};
 
 /// One tensor of a Hugging Face model directory: its file and its entry.
 struct HfTensor {
@@ -62,8 +83,9 @@ public:
   uint64_t headerBytes() const { return headerBytes_; }
 
 private:
-  HfModel(std::string dir) : dir_(std::move(dir)) {}
+  HfModel(HfDirectory where) : where_(std::move(where)), dir_(where_.dir) {}
   Status openFile(const std::string &name, Storage &storage);
+  HfDirectory where_;
   std::string dir_;
   std::map<std::string, std::unique_ptr<zip::ByteSource>> files_;
   std::map<std::string, safetensors::FileHeader> headers_;

@@ -30,6 +30,16 @@ Status agreeThenDecide(Communicator &comm, const Status &local, const std::strin
                        int64_t root,
                        const std::function<Status(const std::vector<std::string> &)> &decide);
 
+/// `decide` runs on the root alone; its result (a payload, or its error
+/// with the kind kept) reaches every rank. For decisions only one rank may
+/// make (a job root's retention).
+Result<std::string> decideOnRoot(Communicator &comm, int64_t root,
+                                 const std::function<Result<std::string>()> &decide);
+
+/// Strings for a broadcast: each a u32 length (little-endian) and its bytes.
+std::string encodeStrings(const std::vector<std::string> &strings);
+Result<std::vector<std::string>> decodeStrings(const std::string &bytes);
+
 /// Every rank's statistics on the root (rank order); empty elsewhere.
 Result<std::vector<TransferStats>> gatherStats(Communicator &comm, const TransferStats &stats,
                                                int64_t root);

@@ -85,6 +85,12 @@ public:
   virtual Result<std::unique_ptr<zip::ByteSource>> openRead(const std::string &path) = 0;
   virtual bool exists(const std::string &path) = 0;
   virtual Result<PathStatus> status(const std::string &path) = 0;
+  /// What a symbolic link at `path` holds, unresolved (readlink). Storage
+  /// that has no links says so.
+  virtual Result<std::string> readLink(const std::string &path) {
+    return makeError(path + ": symbolic links cannot be read through this storage",
+                     ErrorKind::InvalidArgument);
+  }
   /// The names in a directory (without `.` and `..`).
   virtual Result<std::vector<std::string>> listDir(const std::string &path) = 0;
   /// A second name for an existing file (a hard link).

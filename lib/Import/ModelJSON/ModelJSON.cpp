@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "fsdp/Import/ModelJSON.h"
+#include "fsdp/Dialect/FSDP/IR/FSDPLimits.h"
 #include "fsdp/Dialect/FSDP/IR/FSDPOps.h"
 #include "fsdp/Support/Printable.h"
 
@@ -389,6 +390,13 @@ LogicalResult ModelImporter::buildParam(const json::Value &value, const std::str
     }
   if (!shapeList || shapeList->empty() || shape.size() != shapeList->size())
     return fail(shapePath, "expected a list of positive integers");
+  int64_t elements = 1;
+  for (int64_t size : shape) {
+    if (size > limits::kMaxParamElements / elements)
+      return fail(shapePath, "more than " + Twine(limits::kMaxParamElements) +
+                                 " elements (2^60, the compiler's limit)");
+    elements *= size;
+  }
 
   const json::Value *dtypeValue = object->get("dtype");
   if (!dtypeValue)
@@ -513,6 +521,11 @@ FailureOr<ExpertsAttr> ModelImporter::parseExperts(const json::Value &value,
   FailureOr<int64_t> countValue = getPositiveInteger(*object, "count", path);
   if (failed(countValue))
     return failure();
+  // The verifier and the plan size tables by it: refuse it before they do.
+  if (*countValue > limits::kMaxExperts)
+    return fail(child(path, "count"), Twine(*countValue) + " experts, more than " +
+                                          Twine(limits::kMaxExperts) +
+                                          " (2^20, the compiler's limit)");
   FailureOr<std::string> naming = getString(*object, "naming", path, false, "grouped");
   if (failed(naming))
     return failure();
@@ -576,6 +589,17 @@ OwningOpRef<ModuleOp> ModelImporter::import(StringRef text) {
                                                           : parseMeshOverride(options.meshOverride);
   if (failed(mesh))
     return {};
+  // Every rank gets a range in the lowered IR; the product must not overflow.
+  int64_t ranks = 1;
+  for (int64_t size : mesh->sizes) {
+    if (size > limits::kMaxRanks / ranks) {
+      (void)fail(options.meshOverride.empty() ? "mesh" : "--mesh",
+                 "more than " + Twine(limits::kMaxRanks) +
+                     " ranks in all (2^24, the compiler's limit)");
+      return {};
+    }
+    ranks *= size;
+  }
   if (!options.placementsOverride.empty()) {
     FailureOr<SmallVector<Placement>> placements =
         parsePlacementsOverride(options.placementsOverride);

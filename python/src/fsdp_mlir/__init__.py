@@ -35,13 +35,17 @@ cuda_built = bool(_core.cuda_built)
 mpi_built = bool(_core.mpi_built)
 
 
-def verify(dir):
+def verify(dir, verdict=False):
     """Checks every byte of the checkpoint in `dir` against its integrity
-    index (a PyTorch checkpoint: every zip CRC), every item against
-    `.metadata`, and that chunks tile each tensor. Returns True; raises
+    index `.fsdp-index`, every item against `.metadata`, and that chunks tile
+    each tensor. A checkpoint without the index (PyTorch's own DCP output)
+    has only its zip records' CRCs checked: the bytes between records are
+    not covered. Returns True, or with verdict=True the line saying which
+    ("every byte is covered and matches", or "every record's CRC matches;
+    bytes between records are not covered without .fsdp-index"); raises
     Corrupt (or NotFound, ...) naming every problem otherwise."""
-    _core.verify(_os.fspath(dir))
-    return True
+    said = _core.verify(_os.fspath(dir))
+    return said if verdict else True
 
 
 def inspect(dir):
@@ -50,7 +54,8 @@ def inspect(dir):
     return _json.loads(_core.inspect_json(_os.fspath(dir)))
 
 
-def export_safetensors(dir, out, dtype=None, max_shard_size="5GB", overwrite=False):
+def export_safetensors(dir, out, dtype=None, max_shard_size="5GB", overwrite=False,
+                       hf_config=None):
     """Writes the model of the checkpoint in `dir` (ours, PyTorch's,
     Megatron-FSDP's) as Hugging Face safetensors into the directory `out`:
     `model.safetensors`, or `model-0000i-of-0000n.safetensors` shards of at
@@ -58,10 +63,16 @@ def export_safetensors(dir, out, dtype=None, max_shard_size="5GB", overwrite=Fal
     `model.safetensors.index.json`. Tensor names are the FQNs (the `model.`
     prefix dropped); `dtype` ("bf16", "f16", "f32") casts floating tensors.
     One tensor at a time, every item checked; `out` appears whole or not at
-    all. Returns {"tensors", "bytes", "largest_tensor_bytes", "files",
-    "seconds"}."""
+    all. `hf_config`, a Hugging Face model directory (a hub snapshot too),
+    has its config.json (required), generation_config.json and tokenizer
+    files copied in, so that transformers' from_pretrained(out) loads it
+    (regular files only, each at most 256 MiB). overwrite=True keeps the
+    replaced export's other plain files (config.json, ...) unless hf_config
+    brings files of those names. Returns {"tensors", "bytes",
+    "largest_tensor_bytes", "files", "config_files", "seconds"}."""
     return _core.export_safetensors(_os.fspath(dir), _os.fspath(out), dtype or "",
-                                    str(max_shard_size), bool(overwrite))
+                                    str(max_shard_size), bool(overwrite),
+                                    "" if hf_config is None else _os.fspath(hf_config))
 
 
 def hf_tensors(dir):

@@ -16,6 +16,7 @@ from . import _core
 __all__ = ["Checkpointer", "SaveHandle"]
 
 _live = weakref.WeakSet()
+_handles = weakref.WeakSet()  # SaveHandles alive
 
 
 @atexit.register
@@ -23,9 +24,19 @@ def _wait_for_saves():
     # A save still running at exit finishes before the interpreter goes.
     for checkpointer in list(_live):
         try:
-            checkpointer._core.wait_for_pending_save()
+            if checkpointer._core is not None:
+                checkpointer._core.wait_for_pending_save()
         except Exception:
             pass
+    # Then the runtime's objects are freed, while the interpreter and the extension are
+    # whole. A checkpointer still reachable at exit (the drop-in path records it on the model,
+    # and a model a framework keeps in a cycle, a hook or a global outlives the program's
+    # references to it) would be freed after the extension's teardown, or never: nanobind
+    # reports each such instance as leaked. Nothing runs after atexit that could use them.
+    for handle in list(_handles):
+        handle._handle = None
+    for checkpointer in list(_live):
+        checkpointer._release()
 
 
 def _torch():
@@ -74,6 +85,7 @@ class SaveHandle:
 
     def __init__(self, handle, progress, checkpointer):
         self._handle = handle
+        _handles.add(self)
         self._progress = progress
         self._checkpointer = checkpointer  # outlives the save
         self._result = None
@@ -149,6 +161,13 @@ class Checkpointer:
         if device is not None:
             self._core.set_device(_device_name(device))
         _live.add(self)
+
+    def _release(self):
+        """Frees the runtime's checkpointer, then what it used (at exit: _wait_for_saves)."""
+        self._core = None
+        self._records = {}
+        self._bound = {}
+        self._comm = None
 
     # -- what the plan says ---------------------------------------------------
     @property
@@ -354,7 +373,8 @@ class Checkpointer:
         optimizer step found, or None), "bytes_items" ({key: bytes}: every
         bytes item's torch.save archive; torch.load(io.BytesIO(b)) reads
         one) and "tensor_items" ({key: CPU tensor}: every tensor the plan
-        does not save, when it is one chunk of at most 64 MiB).
+        does not save, saved as one chunk: live tensor items whatever their size (up to the
+        1 GiB a live item holds), another writer's up to 64 MiB).
 
         only / exclude (lists of key prefixes: "model", "optimizer") load
         some keys and leave the others' buffers as they are.
@@ -539,14 +559,15 @@ def _tensor_bytes(tensor):
 
 
 def _tensor_of(dtype, shape, data):
-    """A CPU tensor of `dtype` and `shape` over a copy of its raw elements."""
+    """A CPU tensor of `dtype` and `shape` over its raw elements (`data`: a uint8 array over
+    the memory the load read them into, no copy)."""
     torch = _torch()
     if torch is None:  # pragma: no cover
         raise ImportError("load's tensor_items need torch")
     kind = getattr(torch, dtype)
-    if not data:
+    flat = torch.from_dlpack(data)
+    if flat.numel() == 0:
         return torch.empty(tuple(shape), dtype=kind)
-    flat = torch.frombuffer(bytearray(data), dtype=torch.uint8)
     return flat.view(kind).reshape(tuple(shape))
 
 

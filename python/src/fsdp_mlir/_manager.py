@@ -3,10 +3,13 @@ one found again after a crash, the last k kept.
 
 What counts as a good checkpoint and what retention removes is the runtime's rule
 (include/fsdp/Runtime/JobRoot.h, also `fsdp-ckpt list` / `prune`): a `step-<N>` directory is a
-commit, good when its `.metadata` matches its integrity index; retention renames away, then
-removes, committed good checkpoints older than the k newest good ones. With several ranks the
-committing rank looks and decides, and every rank gets its answer (torch.distributed when it is
-initialised).
+commit, good when a load of it would succeed (`.metadata` agrees with both indexes, the chunk
+index is whole, every data file holds its bytes); retention renames away, then removes, good
+checkpoints older than the k newest good ones (keeping the newest with optimizer state when newer
+ones are model-only), one prune of a root at a time (a lock file in the root). With several
+ranks, rank 0 of the manager's communicator looks and decides, and every rank gets its answer:
+the torch.distributed world when it is initialised, else MPI_COMM_WORLD under an MPI launcher,
+else this process alone (`comm=` picks another).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Any, Callable, List, Optional
 
 from . import _core
 
-_STEP = re.compile(r"step-(\d{1,18})")
+_STEP = re.compile(r"step-(0|[1-9]\d{0,17})")
 
 
 def _dist():
@@ -26,6 +29,30 @@ def _dist():
     except ImportError:
         return None
     return dist if dist.is_available() and dist.is_initialized() else None
+
+
+def _communicator(comm):
+    """What the runtime's JobRoot takes for `comm` (None: the job's own, see the module's
+    docstring)."""
+    if comm is None:
+        dist = _dist()
+        if dist is not None:
+            comm = dist.group.WORLD
+        else:
+            return "default" if _core.mpi_built else None
+    if isinstance(comm, str):
+        if comm not in ("mpi", "default"):
+            raise ValueError(f"unknown communicator {comm!r} (None, \"mpi\" or a "
+                             "torch.distributed process group)")
+        from ._checkpointer import _make_mpi_global
+        _make_mpi_global()  # before MPI starts, "default" under mpirun included
+        return comm
+    from ._checkpointer import _is_process_group
+    if not _is_process_group(comm):
+        raise TypeError("comm must be None, \"mpi\" or a torch.distributed ProcessGroup, not "
+                        f"{type(comm).__name__}")
+    from ._comm import TorchCommunicator
+    return TorchCommunicator.over(comm)
 
 
 class CheckpointManager:
@@ -39,12 +66,12 @@ class CheckpointManager:
     """
 
     def __init__(self, root, keep_latest_k: Optional[int] = 3, async_save: bool = False,
-                 policy: str = "wait"):
+                 policy: str = "wait", *, comm=None):
         if keep_latest_k is not None and (isinstance(keep_latest_k, bool) or
                                           not isinstance(keep_latest_k, int) or
-                                          keep_latest_k < 1):
-            raise ValueError(f"keep_latest_k must be a positive integer or None, not "
-                             f"{keep_latest_k!r}")
+                                          not 1 <= keep_latest_k <= _core.max_keep):
+            raise ValueError(f"keep_latest_k must be an integer from 1 to {_core.max_keep} or "
+                             f"None, not {keep_latest_k!r}")
         if policy not in ("wait", "skip"):
             raise ValueError(f"policy must be 'wait' or 'skip', not {policy!r}")
         self.root = os.fspath(root)
@@ -52,9 +79,8 @@ class CheckpointManager:
         self.async_save = bool(async_save)
         self.policy = policy
         self._pending = None  # (handle, step) of the save in flight
-        if self._is_decider():
-            os.makedirs(self.root, exist_ok=True)
-        self._barrier()
+        # Collective: rank 0 makes the root; every rank checks it names the same directory.
+        self._job = _core.JobRoot(self.root, _communicator(comm))
 
     # -- where checkpoints are ------------------------------------------------
     def path(self, step: int) -> str:
@@ -69,14 +95,10 @@ class CheckpointManager:
         """The steps of every committed checkpoint under root, oldest first (good or not)."""
         return [c["step"] for c in self.checkpoints()]
 
-    def latest(self) -> Optional[str]:
-        """The newest good committed checkpoint's path, or None. Decided by the committing
-        rank; every rank gets its answer."""
-        found = None
-        if self._is_decider():
-            good = [c["path"] for c in self.checkpoints() if c["good"]]
-            found = good[-1] if good else None
-        return self._agree(found)
+    def latest(self, full: bool = False) -> Optional[str]:
+        """The newest good checkpoint's path (full=True: the newest with optimizer state, not a
+        model-only one), or None. Decided by rank 0; every rank gets its answer."""
+        return self._job.latest(bool(full))
 
     # -- saving ---------------------------------------------------------------
     def save(self, checkpointer, step: int, **options):
@@ -94,10 +116,17 @@ class CheckpointManager:
             **options))
 
     def load_latest(self, model, optimizer, **options):
-        """fsdp_mlir.torch.load_checkpoint from `latest()`: returns (step, report), or None when
-        there is no good checkpoint (a fresh job)."""
+        """fsdp_mlir.torch.load_checkpoint from the newest good checkpoint: returns (step,
+        report), or None when there is none (a fresh job). With an optimizer, the newest with
+        optimizer state unless `exclude` leaves the optimizer out (a model-only checkpoint then
+        does)."""
         from .torch import load_checkpoint
-        path = self.latest()
+        excluded = options.get("exclude") or ()
+        if isinstance(excluded, str):
+            excluded = [excluded]
+        needs_optimizer = optimizer is not None and not any(
+            p in ("optimizer", "optimizer.") for p in excluded)
+        path = self.latest(full=needs_optimizer)
         if path is None:
             return None
         report = load_checkpoint(model, optimizer, path, **options)
@@ -112,24 +141,24 @@ class CheckpointManager:
             self.prune()
 
     def prune(self, keep: Optional[int] = None) -> List[str]:
-        """Removes committed checkpoints older than the `keep` (default keep_latest_k) newest
-        good ones; never a damaged one, a staging directory or the one being written. Returns
-        the removed paths (on the committing rank)."""
+        """Removes good checkpoints older than the `keep` (default keep_latest_k) newest good
+        ones; never a damaged one, a staging directory or the one being written, nor the newest
+        with optimizer state. Collective; returns the removed paths on every rank."""
         keep = self.keep_latest_k if keep is None else keep
-        removed: List[str] = []
-        if keep is not None and self._is_decider():
-            writing = self._pending[1] if self._pending is not None else None
-            removed = _core.prune_checkpoints(self.root, int(keep), writing)
-        self._barrier()
-        return removed
+        if keep is None:
+            return []
+        if isinstance(keep, bool) or not isinstance(keep, int) or not 1 <= keep <= _core.max_keep:
+            raise ValueError(f"keep must be an integer from 1 to {_core.max_keep}, not {keep!r}")
+        writing = self._pending[1] if self._pending is not None else None
+        return list(self._job.prune(keep, writing))
 
     # -- helpers --------------------------------------------------------------
     def _save(self, step: int, start: Callable[[str], Any]):
         path = self.path(step)
         if self._pending is not None:
             handle, _ = self._pending
-            if self.policy == "skip" and not self._agree(handle.done() if self._is_decider()
-                                                         else None):
+            if self.policy == "skip" and not self._job.decide(
+                    bool(handle.done()) if self._job.is_decider else False):
                 return None
             self.wait()
         result = start(path)
@@ -139,26 +168,8 @@ class CheckpointManager:
         self.prune()
         return result
 
-    def _is_decider(self) -> bool:
-        dist = _dist()
-        return dist is None or dist.get_rank() == 0
-
-    def _agree(self, value):
-        dist = _dist()
-        if dist is None:
-            return value
-        box = [value]
-        dist.broadcast_object_list(box, src=0)
-        return box[0]
-
-    def _barrier(self):
-        dist = _dist()
-        if dist is not None:
-            dist.barrier()
-
 
 def _step(step) -> int:
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise ValueError(f"step must be a non-negative integer, not {step!r}")
+    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= _core.max_step:
+        raise ValueError(f"step must be an integer from 0 to {_core.max_step}, not {step!r}")
     return step
-

@@ -5,9 +5,11 @@
 //
 //===----------------------------------------------------------------------===//
 #include "fsdp/Dialect/FSDP/IR/FSDPOps.h"
+#include "fsdp/Dialect/FSDP/IR/FSDPLimits.h"
 #include "fsdp/Support/Printable.h"
 
 #include "mlir/IR/BuiltinTypes.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringExtras.h"
@@ -62,11 +64,11 @@ LogicalResult MeshOp::verify() {
     return failure();
   // Every rank is listed in the lowered IR: keep the world to what a job
   // can have, and its product from overflowing.
-  constexpr int64_t kMaxRanks = int64_t(1) << 24;
   int64_t ranks = 1;
   for (int64_t size : shape) {
-    if (size > kMaxRanks / ranks)
-      return emitOpError() << "mesh has more than " << kMaxRanks << " ranks";
+    if (size > limits::kMaxRanks / ranks)
+      return emitOpError() << "mesh has more than " << limits::kMaxRanks
+                           << " ranks (2^24, the compiler's limit)";
     ranks *= size;
   }
   return success();
@@ -192,6 +194,15 @@ LogicalResult ParamOp::verify() {
                            << " must be a positive static size, got "
                            << (ShapedType::isDynamic(size) ? std::string("?")
                                                            : std::to_string(size));
+  // Its bytes and its padded place in a packed buffer must fit in 64 bits.
+  int64_t elements = 1;
+  for (int64_t size : type.getShape()) {
+    if (size > limits::kMaxParamElements / elements)
+      return emitOpError() << "parameter '" << printable(getName()) << "' has more than "
+                           << limits::kMaxParamElements
+                           << " elements (2^60, the compiler's limit)";
+    elements *= size;
+  }
   if (!isSupportedElementType(type.getElementType()))
     return emitOpError() << "parameter '" << printable(getName())
                          << "' has unsupported element type " << type.getElementType()
@@ -229,12 +240,18 @@ static LogicalResult verifyUniqueChildNames(NNModuleOp module) {
 /// its placements fit that mesh, the experts divide among its expert groups,
 /// and the names of its parameters hold each local expert exactly once, every
 /// expert alike, so each global expert is held once per replica.
-static LogicalResult verifyExperts(NNModuleOp unit) {
+/// `tensors` is set to the unit's global expert tensors (count x the
+/// parameters of one expert), each a checkpoint key.
+static LogicalResult verifyExperts(NNModuleOp unit, int64_t &tensors) {
   ExpertsAttr experts = unit.getExpertsAttr();
   FullyShardAttr policy = unit.getFullyShardAttr();
   if (!policy)
     return unit.emitOpError() << "has experts but is not a fully_shard unit: experts are "
                                  "fully_shard-ed on their expert mesh";
+  // Refused before anything is sized by it.
+  if (experts.getCount() > limits::kMaxExperts)
+    return unit.emitOpError() << "has " << experts.getCount() << " experts, more than "
+                              << limits::kMaxExperts << " (2^20, the compiler's limit)";
   ExpertMeshOp meshOp = unit.getExpertMesh();
   if (!meshOp)
     return unit.emitOpError() << "experts name @" << printable(experts.getMesh().getValue())
@@ -256,9 +273,10 @@ static LogicalResult verifyExperts(NNModuleOp unit) {
   int64_t perRank = experts.getCount() / groups;
   std::string unitName = "\"" + printable(unit.getFQN()) + "\"";
   // Each parameter's path inside the unit with its local expert number
-  // taken out; every path must hold experts 0 .. perRank-1, alike.
+  // taken out; every path must hold experts 0 .. perRank-1, alike. The
+  // numbers seen are a set, so memory follows the parameters, not perRank.
   struct Slot {
-    SmallVector<bool> seen;
+    llvm::DenseSet<int64_t> seen;
     Type type;
   };
   llvm::StringMap<Slot> slots;
@@ -273,7 +291,6 @@ static LogicalResult verifyExperts(NNModuleOp unit) {
                                  << groups << " expert-parallel ranks)";
     Slot &slot = slots[path];
     if (slot.seen.empty()) {
-      slot.seen.assign(perRank, false);
       slot.type = param.getTensorType();
     } else if (slot.type != param.getTensorType()) {
       return param.emitOpError() << "'" << printable(param.getFQN()) << "' has type "
@@ -281,7 +298,7 @@ static LogicalResult verifyExperts(NNModuleOp unit) {
                                  << printable(path) << " have " << slot.type
                                  << ": every expert must be alike";
     }
-    slot.seen[index] = true;
+    slot.seen.insert(index);
     return success();
   };
   bool grouped = experts.getNaming() == ExpertNaming::Grouped;
@@ -340,12 +357,20 @@ static LogicalResult verifyExperts(NNModuleOp unit) {
     return failure();
   if (slots.empty())
     return unit.emitOpError() << "has experts but no parameters";
-  for (auto &entry : slots)
-    for (int64_t index = 0; index < perRank; ++index)
-      if (!entry.getValue().seen[index])
-        return unit.emitOpError() << "lacks local expert " << index << " of "
-                                  << printable(entry.getKey()) << ": each rank holds experts "
-                                  << "0 to " << perRank - 1 << ", each exactly once";
+  for (auto &entry : slots) {
+    // Numbers are unique and below perRank: a short set lacks one, and the
+    // first it lacks is at most its size.
+    const llvm::DenseSet<int64_t> &seen = entry.getValue().seen;
+    if (static_cast<int64_t>(seen.size()) == perRank)
+      continue;
+    int64_t index = 0;
+    while (seen.contains(index))
+      ++index;
+    return unit.emitOpError() << "lacks local expert " << index << " of "
+                              << printable(entry.getKey()) << ": each rank holds experts "
+                              << "0 to " << perRank - 1 << ", each exactly once";
+  }
+  tensors = experts.getCount() * static_cast<int64_t>(slots.size());
   return success();
 }
 
@@ -474,14 +499,25 @@ LogicalResult ModelOp::verifyRegions() {
   // Walk the tree in DFS order (pre-order), as named_parameters() does.
   llvm::StringMap<ParamOp> paramsByFQN;
   SmallVector<ParamOp> params;
+  int64_t expertTensors = 0;
   WalkResult walk = roots.front().walk<WalkOrder::PreOrder>(
       [&](Operation *op) -> WalkResult {
         if (auto module = dyn_cast<NNModuleOp>(op)) {
           if (failed(verifyUniqueChildNames(module)))
             return WalkResult::interrupt();
           if (module.getExpertsAttr()) {
-            if (failed(verifyExperts(module)))
+            int64_t tensors = 0;
+            if (failed(verifyExperts(module, tensors)))
               return WalkResult::interrupt();
+            // A checkpoint key per global expert tensor, in every plan.
+            if (tensors > limits::kMaxExpertTensors - expertTensors)
+              return module.emitOpError()
+                     << "brings the model's global expert tensors (experts x parameters of "
+                        "one expert, over all experts units) past "
+                     << limits::kMaxExpertTensors << " (2^24, the compiler's limit) with its "
+                     << module.getExpertsAttr().getCount() << " experts x "
+                     << tensors / module.getExpertsAttr().getCount() << " parameters";
+            expertTensors += tensors;
           } else if (FullyShardAttr unit = module.getFullyShardAttr();
                      unit && unit.getPlacements().size() != meshRank)
             return module.emitOpError()

@@ -1,5 +1,6 @@
 //===- AssignRankRanges.cpp - Rank ranges, pieces and buffers -------------===//
 #include "fsdp/Dialect/FSDP/Transforms/Passes.h"
+#include "fsdp/Dialect/FSDP/IR/FSDPLimits.h"
 
 #include "mlir/IR/Builders.h"
 
@@ -18,6 +19,18 @@ struct AssignRankRangesPass
   void runOnOperation() override {
     ModelOp model = getOperation();
     int64_t numRanks = layout::meshSize(getLayoutMeshSizes(model.getMesh()));
+    // Each group lists a range per world rank, and so does every plan:
+    // refuse, before allocating, a model whose lowered IR cannot be held.
+    int64_t numGroups = llvm::range_size(model.getBody().getOps<ParamGroupOp>());
+    if (numGroups > 0 && numRanks > limits::kMaxRankRanges / numGroups) {
+      // On the location, not the op: no dump of the whole model.
+      emitError(model.getLoc())
+          << "the lowered model would list " << numRanks << " ranks x " << numGroups
+          << " parameter groups = " << numRanks * numGroups << " rank ranges, more than "
+          << limits::kMaxRankRanges
+          << " (2^27, the compiler's limit): use fewer ranks or fewer fully_shard units";
+      return signalPassFailure();
+    }
     Builder builder(model.getContext());
     for (ParamGroupOp group : model.getBody().getOps<ParamGroupOp>()) {
       if (!group.getChunk()) {

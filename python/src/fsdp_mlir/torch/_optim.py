@@ -173,6 +173,35 @@ def param_groups_state(optimizer, fqn_of, names=lambda fqns: fqns) -> List[Dict[
     return out
 
 
+def _is_number(x) -> bool:
+    return (isinstance(x, (int, float)) and not isinstance(x, bool)) or (
+        isinstance(x, torch.Tensor) and x.numel() == 1 and not x.dtype == torch.bool)
+
+
+def _same_kind(current, value) -> bool:
+    """Whether a checkpoint's param-group value may replace the optimizer's `current`: a
+    number for a number or a one-element tensor, a bool for a bool, a str for a str, a
+    sequence of as many such for a sequence (betas). None on either side (foreach, fused,
+    differentiable may be None or a bool) and kinds torch does not use are let through."""
+    if current is None or value is None:
+        return True
+    if isinstance(current, bool):
+        return isinstance(value, bool)
+    if _is_number(current):
+        return _is_number(value)
+    if isinstance(current, str):
+        return isinstance(value, str)
+    if isinstance(current, (list, tuple)):
+        return (isinstance(value, (list, tuple)) and len(value) == len(current)
+                and all(_same_kind(c, v) for c, v in zip(current, value)))
+    return True
+
+
+def _shown(value) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
+
+
 def restore_param_groups(optimizer, saved: Mapping[str, Any], fqn_of, strict: bool,
                          report: Dict[str, List[str]], names=lambda fqns: fqns) -> None:
     """Puts the checkpoint's param groups (`saved`: flat key -> value, keys
@@ -206,6 +235,11 @@ def restore_param_groups(optimizer, saved: Mapping[str, Any], fqn_of, strict: bo
     for i, group in enumerate(live):
         stored = by_group.get(i, {})
         fqns = names([fqn_of(p) for p in group["params"]])
+        if "params" in stored and (not isinstance(stored["params"], (list, tuple)) or
+                                   not all(isinstance(f, str) for f in stored["params"])):
+            problem(f"param group {i} key 'params' holds {_shown(stored['params'])} in the "
+                    "checkpoint, not a list of parameter names")
+            continue
         if "params" in stored and list(stored["params"]) != fqns:
             theirs = list(stored["params"])
             only_ours = [f for f in fqns if f not in theirs]
@@ -221,6 +255,12 @@ def restore_param_groups(optimizer, saved: Mapping[str, Any], fqn_of, strict: bo
             if name == "params":
                 continue
             current = group.get(name)
+            if name in group and not _same_kind(current, value):
+                problem(f"param group {i} key {name!r} holds {_shown(value)} in the checkpoint, "
+                        f"the optimizer's is {_shown(current)}")
+                continue
+            if isinstance(value, list) and isinstance(current, tuple):
+                value = tuple(value)  # betas: the optimizer's own kind of sequence
             if isinstance(current, torch.Tensor) and not isinstance(value, torch.Tensor):
                 current.fill_(value)
             elif isinstance(current, torch.Tensor):

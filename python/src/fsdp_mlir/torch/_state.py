@@ -83,8 +83,14 @@ def restore(name: str, obj, template_state, found: Mapping[str, Any], strict: bo
         if k in found:
             v = found[k]
             old = flat[k]
-            if isinstance(old, torch.Tensor) and isinstance(v, torch.Tensor):
-                v = v.to(dtype=old.dtype, device=old.device).reshape(old.shape)
+            if isinstance(old, torch.Tensor):
+                try:
+                    v = _fitted(k, v, old)
+                except Incompatible:
+                    if strict:
+                        raise
+                    report.setdefault("left", []).append(k)
+                    v = old  # strict=False: what does not fit stays as it is
             values[k] = v
         else:
             values[k] = flat[k]
@@ -94,6 +100,24 @@ def restore(name: str, obj, template_state, found: Mapping[str, Any], strict: bo
     else:
         obj.clear()
         obj.update(state)
+
+
+def _fitted(key: str, value, old: torch.Tensor) -> torch.Tensor:
+    """The checkpoint's tensor `value` for the live tensor `old` (its dtype and device, as
+    DCP's load copies it), or Incompatible naming the key when it does not fit: another
+    shape (a reshape would fail or scramble the values), or no tensor at all."""
+    from .._errors import Incompatible
+    if not isinstance(value, torch.Tensor):
+        raise Incompatible(f"load_checkpoint: {key!r} holds a {type(value).__name__} in the "
+                           f"checkpoint, a tensor {list(old.shape)} {old.dtype} here "
+                           "(strict=False loads what fits)")
+    if tuple(value.shape) != tuple(old.shape):
+        dtypes = (f" ({value.dtype} in the checkpoint, {old.dtype} here)"
+                  if value.dtype != old.dtype else "")
+        raise Incompatible(f"load_checkpoint: {key!r} has shape {list(value.shape)} in the "
+                           f"checkpoint and {list(old.shape)} here{dtypes} (strict=False "
+                           "loads what fits)")
+    return value.to(dtype=old.dtype, device=old.device)
 
 
 class PerRank:

@@ -9,6 +9,7 @@ usage: corrupt.py DIR KIND
   metadata  flip one byte in the middle of .metadata
   index     flip one byte in the middle of .fsdp-index
   chunks    flip one byte in the middle of .fsdp-chunks
+  chunk-records  flip one byte in the last record of .fsdp-chunks (past its directory)
   truncate  cut the last 100 bytes off __2_0.distcp
   missing   delete __3_0.distcp
 Item positions come from the integrity index (the tests do not hard-code them).
@@ -70,6 +71,9 @@ def main(d, kind):
     elif kind == "chunks":
         path = os.path.join(d, ".fsdp-chunks")
         flip(path, os.path.getsize(path) // 2)
+    elif kind == "chunk-records":
+        path = os.path.join(d, ".fsdp-chunks")
+        flip(path, os.path.getsize(path) - 40)
     elif kind == "truncate":
         path = os.path.join(d, "__2_0.distcp")
         os.truncate(path, os.path.getsize(path) - 100)
