@@ -961,6 +961,34 @@ public:
     check(agreed);
   }
 
+  /// Checkpointer::reshard: this rank's stats, with "carried" and "dropped"
+  /// (the committing rank's lists; empty elsewhere).
+  nb::dict reshard(const std::string &source, const std::string &target, bool overwrite,
+                   unsigned threads, nb::handle progress, std::vector<std::string> drop,
+                   bool allowExtra) {
+    auto raised = std::make_shared<CallbackRaised>();
+    ReshardOptions options;
+    options.load.threads = checkedThreads(threads);
+    options.load.syncModelWeights = false;
+    options.save = saveOptions(overwrite, 1.0f, threads, false, progress, nb::none(), false, {},
+                               raised);
+    options.drop = std::move(drop);
+    options.allowExtra = allowExtra;
+    std::optional<Result<ReshardResult>> resharded;
+    {
+      nb::gil_scoped_release release;
+      resharded.emplace(checkpointer_->reshard(source, target, std::move(options)));
+    }
+    if (!*resharded) {
+      raised->rethrow();
+      raise(resharded->failure());
+    }
+    nb::dict out = statsDict((*resharded)->stats, rank());
+    out["carried"] = (*resharded)->carried;
+    out["dropped"] = (*resharded)->dropped;
+    return out;
+  }
+
   nb::dict load(const std::string &dir, bool syncModelWeights, unsigned threads,
                 bool verifyChecksums, nb::handle progress, std::vector<std::string> only,
                 std::vector<std::string> exclude, bool directReads) {
@@ -1113,6 +1141,8 @@ NB_MODULE(_core, m) {
       .def("reserve_write_blocks", &PyCheckpointer::reserveWriteBlocks)
       .def("wait_for_pending_save", &PyCheckpointer::waitForPendingSave)
       .def("agree", &PyCheckpointer::agree, "local_error"_a)
+      .def("reshard", &PyCheckpointer::reshard, "source"_a, "target"_a, "overwrite"_a,
+           "threads"_a, "progress"_a.none(), "drop"_a, "allow_extra"_a)
       .def("load", &PyCheckpointer::load, "dir"_a, "sync_model_weights"_a = true,
            "threads"_a = 0u, "verify_checksums"_a = true, "progress"_a.none() = nb::none(),
            "only"_a = std::vector<std::string>(), "exclude"_a = std::vector<std::string>(),

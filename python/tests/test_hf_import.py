@@ -212,10 +212,10 @@ def test_hub_snapshot_loads_and_foreign_links_are_refused(tmp_path, plan1):
         assert torch.equal(_main(ck, g, off, shape), weights[fqn].float()), fqn
     assert fm.hf_tensors(snapshot)["p1"] == ("bfloat16", (7,), "model-00002-of-00002.safetensors")
     # Refused, as an invalid argument naming the link and where it leads: a link out of
-    # blobs/, a blob that is itself a link, a chain of links in the snapshot.
-    outside = tmp_path / "outside.safetensors"
-    outside.write_bytes(safetensors_torch.save(weights))
+    # blobs/, a blob that is itself a link (from-hf-hub.test has chains, directories, FIFOs).
     single = _hub_snapshot(tmp_path / "out", {"model.safetensors": b"unused"})
+    outside = tmp_path / "out" / "outside.safetensors"  # beside the repo, out of blobs/
+    outside.write_bytes(safetensors_torch.save(weights))
     os.unlink(single / "model.safetensors")
     os.symlink(os.path.join("..", "..", "..", "outside.safetensors"), single / "model.safetensors")
     with pytest.raises(ValueError, match=r"model.safetensors -> \.\./\.\./\.\./outside.safetensors: "

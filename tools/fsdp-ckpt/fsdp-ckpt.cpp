@@ -96,26 +96,6 @@ Status reportStats(Checkpointer &checkpointer, const TransferStats &stats, int64
   return Status::success();
 }
 
-/// The source's tensor keys that the plan's metadata does not name.
-Status checkNoExtraTensors(const plan::PlanFile &planFile, const std::string &source,
-                           Storage &storage) {
-  Result<std::string> planned = planFile.metadataBytes();
-  if (!planned)
-    return planned.failure();
-  Result<dcp::Metadata> plannedMetadata = dcp::parseMetadata(*planned);
-  if (!plannedMetadata)
-    return propagate(plannedMetadata, planFile.name() + ": " + plannedMetadata.error());
-  Result<std::unique_ptr<CheckpointReader>> reader = CheckpointReader::open(source, storage);
-  if (!reader)
-    return reader.failure();
-  for (const auto &[key, storageMetadata] : (*reader)->metadata().stateDictMetadata)
-    if (!storageMetadata.isBytes && !plannedMetadata->find(key))
-      return makeError(source + " holds tensor '" + key +
-                           "', which the plan does not name (pass --allow-extra to drop it)",
-                       ErrorKind::Incompatible);
-  return Status::success();
-}
-
 /// Writes `line` to stderr in one write(2): ranks under mpirun share the
 /// stream, and pieces written separately interleave with other ranks'.
 void writeErrorLine(const std::string &line) {
@@ -288,7 +268,14 @@ int run(int argc, char **argv) {
   reshard->add_flag("--overwrite", overwrite, "Replace an existing destination atomically");
   reshard->add_option("--stats-json", statsPath, statsHelp);
   reshard->add_flag("--allow-extra", allowExtra,
-                    "Accept source tensors the plan does not name (they are dropped)");
+                    "Accept source tensors the plan does not name that are too large or too "
+                    "chunked to carry (they are dropped; smaller ones are carried)");
+  std::vector<std::string> dropPrefixes;
+  reshard->add_option("--drop", dropPrefixes,
+                      "Leave the source's keys under this prefix out (repeatable; plain "
+                      "prefixes): by default every item of the source the plan does not name "
+                      "is carried over")
+      ->excludes(reshardHf);
 
   unsigned threads = 0;
   uint64_t stagingMb = 0;
@@ -596,6 +583,34 @@ int run(int argc, char **argv) {
   // The ranks start the load together, as they start a save (above).
   if (Status status = checkpointer.comm().barrier(); !status)
     return failHere(rank, size, command, status.failure());
+  if (reshard->parsed() && !fromHf) {
+    // Every item of the source comes along (Checkpointer::reshard).
+    ReshardOptions options;
+    options.load = loadOptions;
+    options.save = saveOptions(threads, stagingMb, bufferedIO, writeDepth);
+    options.save.overwrite = overwrite;
+    options.save.progress = progressPrinter("reshard", speaks);
+    options.drop = dropPrefixes;
+    options.allowExtra = allowExtra;
+    Result<ReshardResult> resharded = checkpointer.reshard(fromDir, dir, options);
+    if (!resharded)
+      return fail(&checkpointer, command, resharded.failure());
+    if (Status status = reportStats(checkpointer, resharded->stats, checkpointer.root(),
+                                    "reshard", "resharded " + source + " into " + dir, "for",
+                                    statsPath);
+        !status)
+      return failHere(rank, size, command, status.failure());
+    if (rank == checkpointer.root() &&
+        (!resharded->carried.empty() || !resharded->dropped.empty()))
+      std::cout << "carried " << resharded->carried.size()
+                << " items the plan does not name, left out " << resharded->dropped.size()
+                << (resharded->dropped.empty()
+                        ? std::string()
+                        : " (" + printable(resharded->dropped.front()) +
+                              (resharded->dropped.size() > 1 ? ", ..." : "") + ")")
+                << "\n";
+    return 0;
+  }
   if (fromHf) {
     hfOptions.threads = loadOptions.threads;
     hfOptions.stagingBytes = loadOptions.stagingBytes;
@@ -630,19 +645,11 @@ int run(int argc, char **argv) {
     return 0;
   }
 
-  // reshard: the source's hyper-parameters and step come along.
+  // reshard from a Hugging Face model: its weights (nothing else to carry).
   SaveOptions options = saveOptions(threads, stagingMb, bufferedIO, writeDepth);
   options.overwrite = overwrite;
   options.step = loaded->step.value_or(1.0f);
-  options.bytesItems = loaded->bytesItems;
   options.progress = progressPrinter("reshard", speaks);
-  // Every source tensor must be one the plan names, unless told otherwise
-  // (a Hugging Face model's others were noted: buffers, say).
-  Status extras = Status::success();
-  if (!allowExtra && speaks && !fromHf)
-    extras = checkNoExtraTensors(checkpointer.planFile(), fromDir, checkpointer.storage());
-  if (Status agreed = agree(checkpointer.comm(), extras, checkpointer.root()); !agreed)
-    return fail(&checkpointer, command, agreed.failure());
   Result<TransferStats> stats = checkpointer.save(dir, options);
   if (!stats)
     return fail(&checkpointer, command, stats.failure());

@@ -41,6 +41,33 @@ namespace runtime {
 
 class SaveSnapshot;
 
+/// A reshard: a load of any DCP checkpoint into the plan's layout, then a
+/// save in ours that carries the source's job state along.
+struct ReshardOptions {
+  /// The load's options (its keys and readTensorItems are the reshard's).
+  LoadOptions load;
+  /// The save's options (its step, bytesItems and liveItems are the
+  /// reshard's).
+  SaveOptions save;
+  /// Prefixes of source keys to leave out (plain, non-empty).
+  std::vector<std::string> drop;
+  /// A source tensor under `model.` or `optimizer.state.` that the plan
+  /// does not name (another model's), or any other that cannot be carried
+  /// (saved in chunks, or a foreign one over
+  /// LoadResult::kMaxForeignTensorItemBytes), is an error (incompatible)
+  /// unless this is set: then it is left out.
+  bool allowExtra = false;
+};
+
+struct ReshardResult {
+  /// The load's and the save's together.
+  TransferStats stats;
+  /// The source's keys the plan does not name that the new checkpoint
+  /// holds (as live items), and those left out (--drop, --allow-extra);
+  /// the committing rank's (empty elsewhere).
+  std::vector<std::string> carried, dropped;
+};
+
 /// A save running in the background (Checkpointer::saveAsync).
 class PendingSave {
 public:
@@ -148,6 +175,15 @@ public:
   /// returns at once). Every save waits for it first.
   void waitForReplacedRemoval();
   Result<LoadResult> load(const std::string &dir, LoadOptions options = {});
+  /// Loads `source` (ours, PyTorch's, Megatron-FSDP's) and saves it into
+  /// `target` in the plan's layout, every item of the source kept: its
+  /// bytes items the plan also has replace the plan's, and every other
+  /// bytes item and every tensor the plan does not name (optimizer param
+  /// groups past the first, `initial_lr`, an LR scheduler's and a train
+  /// loop's state, RNG states) is written as a live item with its
+  /// planner_data path, unless `drop` names it (Reshard.cpp).
+  Result<ReshardResult> reshard(const std::string &source, const std::string &target,
+                                ReshardOptions options);
   /// Loads a Hugging Face model directory (HfImport.h): main weights from
   /// its safetensors, optimizer state zeroed, step 0.
   Result<LoadResult> loadHuggingFace(const std::string &dir, HfLoadOptions options = {});

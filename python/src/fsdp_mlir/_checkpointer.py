@@ -410,7 +410,8 @@ class Checkpointer:
             else:
                 result = self._core.load(path, bool(sync_model_weights), _threads(threads),
                                          bool(verify_checksums), bar.callback,
-                                         _prefixes(only, "only"), _prefixes(exclude, "exclude"),
+                                         _prefixes(only, "load: only"),
+                                         _prefixes(exclude, "load: exclude"),
                                          bool(direct_reads))
         finally:
             bar.close()
@@ -418,6 +419,29 @@ class Checkpointer:
         result["tensor_items"] = {key: _tensor_of(*raw)
                                   for key, raw in result["tensor_items"].items()}
         return result
+
+    def reshard(self, source, target, *, overwrite=False, drop=(), allow_extra=False,
+                progress=None, threads=0):
+        """Loads `source` (any DCP checkpoint: ours, PyTorch's, Megatron-FSDP's) into this
+        plan's layout and saves it into `target` (collective), as `fsdp-ckpt reshard`: every
+        item of the source the plan does not name (further param groups, `initial_lr`, an LR
+        scheduler's or a train loop's state, RNG states, small tensors) is carried into
+        `target`, unless a `drop` prefix names it. A source tensor the plan does not name that
+        is too large or chunked to carry raises Incompatible unless allow_extra=True (then it
+        is left out). The buffers hold the source's values afterwards. Returns this rank's
+        stats with "carried" and "dropped" (the source keys kept besides the plan's and those
+        left out; on the committing rank, empty elsewhere)."""
+        self._collective("reshard")
+        self._agreed_checks("reshard", lambda: self._check_bindings("reshard"))
+        self._sync_device()
+        bar = _Progress(progress, "reshard")
+        try:
+            return self._core.reshard(os.fspath(source), os.fspath(target), bool(overwrite),
+                                      _threads(threads), bar.callback,
+                                      _prefixes(drop, "reshard: drop"), bool(allow_extra))
+        finally:
+            bar.close()
+            self._sync_device()
 
     def reserve_snapshot(self, threads=0):
         """Reserves the async save's host snapshot now and faults it in on
@@ -470,7 +494,7 @@ def _prefixes(prefixes, what):
     out = []
     for prefix in prefixes:
         if not isinstance(prefix, str) or not prefix:
-            raise ValueError(f"load: {what} takes non-empty key prefixes, not {prefix!r}")
+            raise ValueError(f"{what} takes non-empty key prefixes, not {prefix!r}")
         out.append(prefix)
     return out
 
