@@ -24,7 +24,6 @@ namespace runtime {
 namespace {
 
 struct Carried {
-  std::map<std::string, std::string> plannedBytes; // replace the plan's payloads
   std::vector<LiveItem> live;
   std::vector<std::string> carried, dropped;
 };
@@ -57,9 +56,7 @@ Result<Carried> carry(const std::string &source, Storage &storage, LoadResult &l
                          ErrorKind::Internal);
       if (!kept) {
         out.dropped.push_back(key);
-      } else if (isPlanned(key)) {
-        out.plannedBytes[key] = std::move(bytes->second);
-      } else {
+      } else if (!isPlanned(key)) { // a planned one replaces the plan's payload
         LiveItem item;
         item.key = key;
         item.data = std::move(bytes->second);
@@ -121,6 +118,13 @@ Result<ReshardResult> Checkpointer::reshard(const std::string &source, const std
   Result<LoadResult> loaded = load(source, options.load);
   if (!loaded)
     return loaded.failure();
+  // The source's hyper-parameters replace the plan's payloads on whichever
+  // rank the plan gives each bytes item to (Save ignores keys it does not
+  // write), so every rank keeps its own copy of them.
+  std::map<std::string, std::string> replacements;
+  for (const auto &[key, bytes] : loaded->bytesItems)
+    if (drop.selects(key))
+      replacements.emplace(key, bytes);
   // The committing rank, which writes the live items, decides what they are.
   Carried carried;
   Status decided = Status::success();
@@ -138,7 +142,7 @@ Result<ReshardResult> Checkpointer::reshard(const std::string &source, const std
     return agreed.failure();
   SaveOptions save = std::move(options.save);
   save.step = loaded->step.value_or(1.0f);
-  save.bytesItems = std::move(carried.plannedBytes);
+  save.bytesItems = std::move(replacements);
   save.liveItems = std::move(carried.live);
   Result<TransferStats> saved = this->save(target, std::move(save));
   if (!saved)
