@@ -1025,3 +1025,30 @@ def test_live_items_are_checked(tmp_path, ck):
     ck.save(tmp_path / "good", live_items=[("optimizer.param_groups.0.lr", archive)],
             replace_planned_bytes=True)
     assert fm.verify(tmp_path / "good") is True
+
+
+def test_large_live_tensor_items_come_back(tmp_path, ck, plan1):
+    """A live tensor item past the 64 MiB that a foreign (PyTorch-written) tensor may hold still
+    comes back from the load; the same tensor written by dcp.save is left to torch's own load
+    (every rank would read it), not returned."""
+    big = torch.arange(21 * 2**20, dtype=torch.int32).reshape(-1, 1024)  # 84 MiB
+    ck.fill(33)
+    ck.save(tmp_path / "ck", live_items=[("extra.big", big), ("extra.small", big[:2].clone())])
+    other = fm.Checkpointer(plan1)
+    other.allocate()
+    items = other.load(tmp_path / "ck")["tensor_items"]
+    other.check(33)
+    assert set(items) == {"extra.big", "extra.small"}
+    assert items["extra.big"].dtype == torch.int32 and torch.equal(items["extra.big"], big)
+
+    import warnings
+
+    import torch.distributed.checkpoint as dcp
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.save({"extra": {"big": big, "small": big[:2].clone()}},
+                 checkpoint_id=str(tmp_path / "foreign"))
+    got = other.load(tmp_path / "foreign", only=["extra"])["tensor_items"]
+    assert set(got) == {"extra.small"}
+    assert torch.equal(got["extra.small"], big[:2])
