@@ -89,13 +89,10 @@ Status CheckpointReader::checkLoadable() {
       return makeError(pathOf(integrity::kIndexFileName) +
                            " is missing (the chunk index has nothing to be checked against)",
                        ErrorKind::NotFound);
-    Result<std::string> indexBytes = readWholeFile(storage_, indexPath, /*isPickle=*/false);
-    if (!indexBytes)
-      return propagate(indexBytes, printable(indexBytes.error()));
-    Result<integrity::IntegrityIndex> index = integrity::parseIndex(*indexBytes);
+    uint64_t indexRead = 0;
+    Result<integrity::IntegrityIndex> index = readIntegrityIndex(indexRead);
     if (!index)
-      return classify(index, pathOf(integrity::kIndexFileName) + ": " + printable(index.error()),
-                      ErrorKind::Corrupt);
+      return index.failure();
     if (index->metadataLength != (*metadata)->size() || index->metadataXxh3 != *digest)
       return corrupt(pathOf(".metadata") + ": checksum mismatch against " +
                      integrity::kIndexFileName + " (the file is corrupt)");
@@ -141,6 +138,19 @@ bool CheckpointReader::hasOptimizerState() const {
   }
   return std::any_of(metadata_.stateDictMetadata.begin(), metadata_.stateDictMetadata.end(),
                      [&](const auto &entry) { return isOptimizer(entry.first); });
+}
+
+Result<integrity::IntegrityIndex> CheckpointReader::readIntegrityIndex(uint64_t &bytes) const {
+  Result<std::string> indexBytes =
+      readWholeFile(storage_, dir_ + "/" + integrity::kIndexFileName, /*isPickle=*/false);
+  if (!indexBytes)
+    return propagate(indexBytes, printable(indexBytes.error()));
+  bytes += indexBytes->size();
+  Result<integrity::IntegrityIndex> index = integrity::parseIndex(*indexBytes);
+  if (!index)
+    return classify(index, pathOf(integrity::kIndexFileName) + ": " + printable(index.error()),
+                    ErrorKind::Corrupt);
+  return index;
 }
 
 std::string CheckpointReader::pathOf(const std::string &name) const {
@@ -246,16 +256,13 @@ Status CheckpointReader::readMetadataAndIndex() {
   std::string indexPath = dir_ + "/" + integrity::kIndexFileName;
   if (!storage_.exists(indexPath))
     return Status::success();
-  Result<std::string> indexBytes = readWholeFile(storage_, indexPath, /*isPickle=*/false);
-  if (!indexBytes)
-    return propagate(indexBytes, printable(indexBytes.error()));
-  Result<integrity::IntegrityIndex> index = integrity::parseIndex(*indexBytes);
+  uint64_t indexRead = 0;
+  Result<integrity::IntegrityIndex> index = readIntegrityIndex(indexRead);
+  bytesRead_ += indexRead;
   if (!index)
-    return classify(index, pathOf(integrity::kIndexFileName) + ": " + printable(index.error()),
-                    ErrorKind::Corrupt);
+    return index.failure();
   index_ = index.take();
   hasIndex_ = true;
-  bytesRead_ += indexBytes->size();
   if (index_.metadataLength != metadataSize_ || index_.metadataXxh3 != metadataXxh3_)
     return corrupt(pathOf(".metadata") + ": checksum mismatch against " +
                    integrity::kIndexFileName + " (the file is corrupt)");

@@ -237,6 +237,9 @@ private:
   CheckpointReader(std::string dir, Storage &storage, const ReaderOptions &options)
       : dir_(std::move(dir)), storage_(storage), options_(options) {}
   Status readMetadataAndIndex();
+  /// Reads and parses `.fsdp-index` (which must exist), adding what it read
+  /// to `bytes`.
+  Result<integrity::IntegrityIndex> readIntegrityIndex(uint64_t &bytes) const;
   /// Opens `.fsdp-chunks`; false in `used` when there is none to use.
   Status openChunkIndex(bool &used);
   Result<const zip::ByteSource *> file(const std::string &name);
