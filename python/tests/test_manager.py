@@ -140,15 +140,22 @@ def test_killed_at_every_phase_latest_is_good(tmp_path, plan1, phase):
     assert not [n for n in os.listdir(root) if n.endswith(".deleting")]
 
 
-def test_a_removal_cut_short_is_finished(tmp_path, plan1):
-    """A crash inside a removal (after its rename away) leaves a part of `.step-<N>.deleting`:
-    never taken for a checkpoint, and removed by the next prune."""
+def _two_steps_saved(tmp_path, plan1):
+    """A checkpointer, a manager that keeps one and its job root, with step-1 and step-2 saved
+    straight to their paths (no retention yet)."""
     ck = _ck(plan1)
     root = tmp_path / "job"
     manager = fm.CheckpointManager(root, keep_latest_k=1)
     for step in (1, 2):
         ck.fill(step)
         ck.save(manager.path(step))
+    return ck, manager, root
+
+
+def test_a_removal_cut_short_is_finished(tmp_path, plan1):
+    """A crash inside a removal (after its rename away) leaves a part of `.step-<N>.deleting`:
+    never taken for a checkpoint, and removed by the next prune."""
+    ck, manager, root = _two_steps_saved(tmp_path, plan1)
     os.rename(manager.path(1), root / ".step-1.deleting")
     os.remove(root / ".step-1.deleting" / ".metadata")
     assert manager.steps() == [2] and manager.latest() == manager.path(2)
@@ -246,12 +253,7 @@ def test_a_newest_that_cannot_load_is_not_latest_nor_kept_for_good(tmp_path, pla
     """The newest step-<N> lost a data file, has a truncated one or a damaged chunk index:
     latest() is the one before it, and retention keeps that one (nothing left to resume from
     was the defect)."""
-    ck = _ck(plan1)
-    root = tmp_path / "job"
-    manager = fm.CheckpointManager(root, keep_latest_k=1)
-    for step in (1, 2):
-        ck.fill(step)
-        ck.save(manager.path(step))
+    ck, manager, root = _two_steps_saved(tmp_path, plan1)
     _damage(manager.path(2), kind)
     listed = {c["step"]: c for c in manager.checkpoints()}
     assert listed[1]["good"] and not listed[2]["good"], listed
